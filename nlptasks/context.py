@@ -1,0 +1,89 @@
+"""The objects that travel through the ten steps: what a task is, and the state of one run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    from nlptasks.recipe import Recipe
+
+__all__ = ["NoOptions", "Predictor", "RunContext", "TaskSpec"]
+
+log = logging.getLogger("nlptasks")
+
+
+class NoOptions(BaseModel):
+    """Options model for a task that takes none: any key in ``[options]`` is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task plugin declares through ``register_tasks``.
+
+    :param name: the name a recipe uses (``task = "cls"``); lower case, no spaces.
+    :param description: one line, shown by ``nlptasks plugins``.
+    :param options: pydantic model that validates the recipe's ``[options]`` table (forbid
+        unknown keys and describe every field: the messages and ``nlptasks schema`` come from it).
+    :param best_metric: the metric (a key of step 6's result, or ``"loss"``) that picks the best
+        checkpoint.
+    :param greater_is_better: whether a higher ``best_metric`` is better.
+    :param stratify_by: given the validated options, the column to stratify random splits on
+        (``None``: plain random splits).
+    """
+
+    name: str
+    description: str
+    options: type[BaseModel] = NoOptions
+    best_metric: str = "loss"
+    greater_is_better: bool = False
+    stratify_by: Callable[[Any], str | None] | None = None
+    plugin: str = ""  # filled in by the host: the plugin that registered the task
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """What step 10 returns: call it with inputs, get one dict per input, in order."""
+
+    def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]: ...
+
+
+@dataclass
+class RunContext:
+    """The state of one run, handed to every step.
+
+    Steps read the recipe through ``recipe`` and ``options`` and leave what later steps need in
+    the attributes below; anything else a plugin wants to carry goes into ``state``.
+    """
+
+    recipe: Recipe
+    task: TaskSpec
+    options: Any
+    output_dir: Path
+    sources: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, dict[str, int]] = field(default_factory=dict)
+    tokenizer: Any = None
+    labels: list[str] | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+    log: logging.Logger = log
+
+    def drop(self, split: str, reason: str, count: int) -> None:
+        """Record that ``count`` rows of ``split`` were dropped for ``reason`` (logged, saved)."""
+        if count <= 0:
+            return
+        per_split = self.dropped.setdefault(split, {})
+        per_split[reason] = per_split.get(reason, 0) + count
+        where = self.sources.get(split, split)
+        self.log.warning("dropped %d %s row(s) from %s (%s)", count, reason, split, where)
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.output_dir / "checkpoints"

@@ -1,0 +1,313 @@
+"""The ten-step pipeline contract, as pluggy hook specifications.
+
+This module is the API reference for plugin authors: every hook below is one step of a run, in
+the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
+
+    register_tasks                                  (once, when plugins load)
+    1  nlptasks_setup(ctx)                          all implementations run
+    2  nlptasks_load_data(ctx)             -> raw   first result wins
+    3  nlptasks_split(ctx, data)           -> data  first result wins
+    4  nlptasks_preprocess(ctx, data)      -> data  first result wins
+    5  nlptasks_build_model(ctx)           -> model first result wins
+    6  nlptasks_metrics(ctx)               -> fn    first result wins
+    7  nlptasks_training_arguments(ctx, kwargs) -> TrainingArguments, first result wins
+    8  nlptasks_data_collator(ctx)         -> collator, first result wins
+       nlptasks_trainer(ctx, model, args, data, data_collator, compute_metrics) -> Trainer
+    9  nlptasks_train(ctx, trainer, data)  -> metrics, first result wins
+    10 nlptasks_load_predictor(run_dir, manifest) -> predictor (``nlptasks infer``)
+
+Calling conventions
+-------------------
+*first result wins*: implementations are called newest-registered first (``tryfirst`` /
+``trylast`` adjust the order) until one returns something other than ``None``.  The engine's own
+generic implementations are registered as ``trylast`` defaults, so any plugin overrides them just
+by returning a value.  *all run*: every implementation is called and the results are collected.
+Every hook *may wrap*: an implementation declared with ``@hookimpl(wrapper=True)`` is a generator
+that runs code before and after the step, sees (and may replace) its result, and is how
+cross-cutting plugins (loggers, timers) work.
+
+Which plugins take part
+-----------------------
+A plugin that calls ``register(TaskSpec(...))`` in :func:`register_tasks` is a *task plugin*.
+The recipe's ``task = "..."`` picks one task; steps 1 to 10 are then called with the *other* task
+plugins left out, so a task plugin only ever sees runs of its own tasks (a plugin that provides
+several tasks reads ``ctx.task.name``).  Plugins that register no task (cross-cutting plugins) take
+part in every run.
+
+Heavy libraries (torch, transformers, datasets) are imported inside hook bodies, never at module
+level, so that ``nlptasks --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from datasets import DatasetDict
+    from transformers import PreTrainedModel, Trainer, TrainingArguments
+
+    from nlptasks.context import Predictor, RunContext, TaskSpec
+
+PROJECT = "nlptasks"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --------------------------------------------------------------------------------------------
+# Registration
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_tasks(register: Callable[[TaskSpec], None]) -> None:
+    """Declare the task(s) this plugin provides.
+
+    **When:** once, right after plugins are loaded, before any recipe is validated.
+
+    :param register: call it once per task with a :class:`nlptasks.TaskSpec`: the task's name
+        (what a recipe writes as ``task = "..."``), a one-line description, the pydantic model
+        that validates the recipe's ``[options]`` table, and the metric that picks the best
+        checkpoint.  The host records which plugin registered which task; registering a name that
+        another plugin already registered is an error that names both plugins.
+    :returns: nothing (*all run*).
+
+    Example::
+
+        @hookimpl
+        def register_tasks(register):
+            register(TaskSpec(name="cls", description="Text classification",
+                              options=ClsOptions, best_metric="accuracy"))
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 1: setup
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def nlptasks_setup(ctx: RunContext) -> None:
+    """Step 1. Prepare the run: seeds, logging, the output directory, environment checks.
+
+    **When:** first, after the recipe is validated and ``ctx`` is built.
+
+    :param ctx: the run's :class:`nlptasks.RunContext` (recipe, task, options, output dir, and
+        the state the later steps fill in).
+    :returns: nothing (*all run*).  The engine's default seeds Python, NumPy and torch from
+        ``recipe.seed`` and creates ``ctx.output_dir``.  Raise :class:`nlptasks.NlptasksError`
+        to stop the run with a message.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 2: load data
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_load_data(ctx: RunContext) -> DatasetDict | None:
+    """Step 2. Load the raw data as a ``datasets.DatasetDict``.
+
+    **When:** after setup.
+
+    :param ctx: the run context; ``ctx.recipe.data`` says where the data is.
+    :returns: a ``DatasetDict`` with a ``train`` split and whichever of ``validation`` and
+        ``test`` the recipe names (*first result wins*).  Record where each split came from in
+        ``ctx.sources[split]`` so errors can name the file.  The engine's default reads csv,
+        json/jsonl, a ``save_to_disk`` folder, or a hub dataset id (``data.hub``), and applies
+        ``data.max_train_rows`` / ``data.max_eval_rows``.  A task plugin overrides it to read a
+        format of its own (e.g. CoNLL files).
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 3: split
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_split(ctx: RunContext, data: DatasetDict) -> DatasetDict | None:
+    """Step 3. Make sure there are train/validation(/test) splits.
+
+    **When:** after loading.
+
+    :param ctx: the run context; ``ctx.recipe.data.split`` holds ratios and a seed.
+    :param data: the raw splits from step 2.
+    :returns: the ``DatasetDict`` to train and evaluate on (*first result wins*).  The engine's
+        default carves the splits the recipe did not give as files out of ``train`` with the
+        ratios and seed in ``data.split``, stratified on the column named by
+        ``TaskSpec.stratify_by`` when the task declares one.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 4: preprocess / tokenize
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_preprocess(ctx: RunContext, data: DatasetDict) -> DatasetDict | None:
+    """Step 4. Clean, encode labels and tokenize: turn raw rows into model inputs.
+
+    **When:** after splitting.  This is the heart of a task plugin.
+
+    :param ctx: the run context.  Get the tokenizer with
+        ``nlptasks.engine.get_tokenizer(ctx, corpus)`` (a pretrained one, or a vocabulary built
+        from ``corpus`` for from-scratch models); it is stored in ``ctx.tokenizer`` and saved
+        with the model.  Count rows you drop with ``ctx.drop(split, reason, n)`` (they are
+        logged and written to ``metrics.json``); set ``ctx.labels`` when the task has classes.
+    :param data: the split ``DatasetDict`` from step 3.
+    :returns: the tokenized ``DatasetDict`` (*first result wins*).  Raise
+        :class:`nlptasks.DataError` naming the file and row for bad data.  There is no generic
+        default: the engine's fallback raises an error saying no plugin preprocesses this task.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 5: build the model
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_build_model(ctx: RunContext) -> PreTrainedModel | None:
+    """Step 5. Build the model with the task's head.
+
+    **When:** after preprocessing (so the tokenizer and labels are known).
+
+    :param ctx: the run context.  ``nlptasks.engine.load_model(ctx, "AutoModelFor...", **cfg)``
+        loads ``model.name_or_path`` (hub id or local folder) or builds the architecture in
+        ``model.scratch`` from a config sized to ``ctx.tokenizer``.
+    :returns: a ``transformers.PreTrainedModel`` (*first result wins*).  There is no generic
+        default: the engine's fallback raises an error saying no plugin builds this task's model.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 6: metrics
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_metrics(ctx: RunContext) -> Callable[[Any], dict[str, float]] | None:
+    """Step 6. Provide ``compute_metrics`` for the Trainer.
+
+    **When:** after the model is built.
+
+    :param ctx: the run context.
+    :returns: a function taking a ``transformers.EvalPrediction`` and returning a flat dict of
+        floats (*first result wins*).  Keys with a ``/`` (``f1/positive``) are per-class values
+        and are shown as a table.  The task's ``best_metric`` must be among the keys.  The
+        engine's default returns ``None``: only the loss is reported.  Metrics must compute
+        offline (no ``evaluate.load`` of hub metrics).
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 7: training arguments
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_training_arguments(ctx: RunContext, kwargs: dict[str, Any]) -> TrainingArguments | None:
+    """Step 7. Build ``transformers.TrainingArguments``.
+
+    **When:** after metrics.
+
+    :param ctx: the run context.
+    :param kwargs: the keyword arguments the engine derived from the recipe's ``[train]`` table
+        (output dir, epochs, batch sizes, learning rate, warmup, precision, evaluation and
+        best-checkpoint settings, ``train.extra``).  A wrapper may edit this dict before its
+        ``yield`` to change what the default builds.
+    :returns: a ``TrainingArguments`` (*first result wins*).  The engine's default returns
+        ``TrainingArguments(**kwargs)``.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 8: data collator and trainer
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_data_collator(ctx: RunContext) -> Callable[[list[dict[str, Any]]], Any] | None:
+    """Step 8a. Provide the data collator that turns a list of examples into a batch.
+
+    **When:** after the training arguments.
+
+    :param ctx: the run context; ``ctx.recipe.train.padding`` is ``"dynamic"`` (pad each batch to
+        its longest example) or ``"max_length"``.
+    :returns: a collator (*first result wins*).  The engine's default pads dynamically with
+        ``DataCollatorWithPadding(ctx.tokenizer)``; token-level tasks return their own.
+    """
+
+
+@hookspec(firstresult=True)
+def nlptasks_trainer(
+    ctx: RunContext,
+    model: PreTrainedModel,
+    args: TrainingArguments,
+    data: DatasetDict,
+    data_collator: Callable[[list[dict[str, Any]]], Any],
+    compute_metrics: Callable[[Any], dict[str, float]] | None,
+) -> Trainer | None:
+    """Step 8b. Build the ``transformers.Trainer``.
+
+    **When:** right after the data collator.
+
+    :param ctx: the run context.
+    :param model: from step 5.
+    :param args: from step 7.
+    :param data: the tokenized splits from step 4.
+    :param data_collator: from step 8a.
+    :param compute_metrics: from step 6 (may be ``None``).
+    :returns: a ``Trainer`` (*first result wins*).  The engine's default builds
+        ``Trainer(model, args, train_dataset, eval_dataset, processing_class=ctx.tokenizer,
+        data_collator, compute_metrics)``.  Override it to use a Trainer subclass (a custom loss).
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 9: train, evaluate, predict
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_train(ctx: RunContext, trainer: Trainer, data: DatasetDict) -> dict[str, Any] | None:
+    """Step 9. Train, then evaluate on validation and test.
+
+    **When:** last step of ``nlptasks run``; the engine saves the model afterwards.
+
+    :param ctx: the run context.
+    :param trainer: from step 8b.
+    :param data: the tokenized splits.
+    :returns: metrics by split, e.g. ``{"train": {...}, "validation": {...}, "test": {...}}``,
+        keys without the Trainer's ``eval_``/``test_`` prefixes (*first result wins*).  The
+        engine's default trains, keeps the best checkpoint on the task's ``best_metric``, then
+        evaluates validation and test.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Step 10: inference
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Predictor | None:
+    """Step 10. Load a trained run for inference.
+
+    **When:** by ``nlptasks infer`` (and the Python API), in a process that never saw the recipe.
+
+    :param run_dir: a complete run directory (model, tokenizer, ``nlptasks.json``).
+    :param manifest: the parsed ``nlptasks.json``: ``task``, ``labels``, ``max_length`` and the
+        task's own entries.
+    :returns: a :class:`nlptasks.Predictor`: a callable that takes a list of inputs (strings, or
+        dicts read from a csv/jsonl file) and returns one JSON-serialisable dict per input, in
+        order (*first result wins*).  The engine's fallback raises an error saying no plugin can
+        serve this task.
+    """
