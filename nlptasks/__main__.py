@@ -1,0 +1,5 @@
+import sys
+
+from nlptasks.cli import main
+
+sys.exit(main())

@@ -1,0 +1,289 @@
+"""The ``nlptasks`` command line.
+
+Import time matters here: only ``argparse`` and the standard library load before a command
+runs, so ``nlptasks --help`` is instant; torch and transformers load inside the commands that
+need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """\
+examples:
+  nlptasks run recipes/cls.toml                      train the quickstart (about 2 minutes on CPU)
+  nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
+  nlptasks infer --task cls "这家酒店服务很好"          label a text with the latest cls run
+  nlptasks validate recipes/cls.toml                 check a recipe without running it
+  nlptasks plugins                                   list plugins, tasks and hooks
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from nlptasks import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="nlptasks",
+        description="NLP fine-tuning as recipes and plugins.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"nlptasks {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("run", help="train and evaluate a recipe", description="Run a recipe through the ten steps.")
+    p.add_argument("recipe", help="recipe file (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key, e.g. --set train.learning_rate=3e-5 (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a recipe without running it",
+                       description="Validate a recipe: report every problem with its key path.")
+    p.add_argument("recipe", help="recipe file (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (repeatable)")
+    p.add_argument("--show", action="store_true", help="print the resolved recipe (defaults filled in)")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("infer", help="predict with a trained run",
+                       description="Predict with a trained run; one JSON object per input on stdout.")
+    p.add_argument("texts", nargs="*", help="input texts (default: --file, or lines from stdin)")
+    p.add_argument("--task", help="task whose latest complete run under --runs-dir to use, e.g. cls")
+    p.add_argument("--model", type=Path, help="run directory to use (default: the latest run of --task)")
+    p.add_argument("--file", type=Path, help="inputs from a .txt (one per line), .csv or .jsonl file")
+    p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are (default: ./runs)")
+    p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default: 32)")
+    p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("plugins", help="list installed plugins, their tasks and hooks",
+                       description="List installed plugins, the tasks they provide and the hooks they implement.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("schema", help="print the recipe JSON Schema (for editors)",
+                       description="Print the JSON Schema of recipes, including each task's [options].")
+    p.set_defaults(func=cmd_schema)
+    return parser
+
+
+def setup_logging(quiet: bool) -> None:
+    logger = logging.getLogger("nlptasks")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("nlptasks: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    setup_logging(args.quiet)
+    from nlptasks.errors import NlptasksError
+
+    try:
+        return int(args.func(args) or 0)
+    except NlptasksError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc.render()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from nlptasks.recipe import dump_toml, load_recipe
+
+    loaded = load_recipe(args.recipe, args.overrides)
+    r = loaded.recipe
+    data = r.data.hub or ", ".join(f"{k}={getattr(r.data, k)}" for k in ("train", "validation", "test") if getattr(r.data, k))
+    model = r.model.name_or_path or f"from scratch ({r.model.scratch.architecture}, {r.model.scratch.tokenizer} vocabulary)"  # type: ignore[union-attr]
+    if args.show:
+        print(dump_toml(loaded.resolved()), end="")
+    else:
+        print(f"ok: {args.recipe}: task {loaded.task.name!r}, data {data}, model {model}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from nlptasks.recipe import load_recipe
+
+    loaded = load_recipe(args.recipe, args.overrides)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from nlptasks.engine.runner import run
+
+    result = run(loaded, progress=not args.no_progress)
+    print(format_metrics(result.metrics))
+    print(f"\nmodel saved to {_display(result.output_dir)} ({result.seconds:.0f} s)")
+    print(f"try: nlptasks infer --model {_display(result.output_dir)} \"...\"")
+    return 0
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    """The final table: overall metrics by split, then the per-class report of the last split."""
+    splits = [s for s in ("validation", "test") if s in metrics]
+    if not splits:
+        splits = [s for s in metrics if isinstance(metrics[s], dict) and s not in {"dropped", "train"}]
+    skip = {"runtime", "samples_per_second", "steps_per_second", "epoch"}
+    keys: list[str] = []
+    for s in splits:
+        for k in metrics[s]:
+            if "/" not in k and k not in skip and k not in keys:
+                keys.append(k)
+    width = max([len(k) for k in keys] + [8])
+    lines = ["metric".ljust(width) + "".join(s.rjust(12) for s in splits)]
+    for k in keys:
+        row = k.ljust(width)
+        for s in splits:
+            v = metrics[s].get(k)
+            row += (f"{v:.4f}" if isinstance(v, float) else str(v if v is not None else "-")).rjust(12)
+        lines.append(row)
+    last = splits[-1] if splits else None
+    per_class = {k: v for k, v in (metrics.get(last) or {}).items() if "/" in k} if last else {}
+    if per_class:
+        names = sorted({k.split("/", 1)[0] for k in per_class})
+        classes: list[str] = []
+        for k in per_class:
+            c = k.split("/", 1)[1]
+            if c not in classes:
+                classes.append(c)
+        cw = max([len(c) for c in classes] + [5])
+        lines += ["", f"per class ({last})", "class".ljust(cw) + "".join(n.rjust(11) for n in names)]
+        for c in classes:
+            row = c.ljust(cw)
+            for n in names:
+                v = per_class.get(f"{n}/{c}")
+                row += (f"{v:.0f}" if n == "support" and v is not None else f"{v:.4f}" if v is not None else "-").rjust(11)
+            lines.append(row)
+    dropped = metrics.get("dropped") or {}
+    if dropped:
+        parts = [f"{split}: " + ", ".join(f"{n} {reason}" for reason, n in d.items()) for split, d in dropped.items()]
+        lines += ["", "dropped rows: " + "; ".join(parts)]
+    train = metrics.get("train") or {}
+    if "samples_per_second" in train:
+        lines.append(f"\ntraining: {train.get('runtime', 0):.0f} s, {train['samples_per_second']:.1f} samples/s")
+    return "\n".join(lines)
+
+
+def read_inputs(args: argparse.Namespace) -> list[Any]:
+    from nlptasks.errors import DataError, NlptasksError
+
+    if args.texts and args.file:
+        raise NlptasksError("give texts as arguments or --file, not both")
+    if args.texts:
+        return list(args.texts)
+    if args.file:
+        path: Path = args.file
+        if not path.exists():
+            raise DataError("file not found", path=str(path))
+        suffix = path.suffix.lower()
+        if suffix in {".csv", ".jsonl", ".json", ".tsv"}:
+            from nlptasks.engine.data import detect_format, read_rows
+
+            return read_rows(path, detect_format(path))
+        return [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not sys.stdin.isatty():
+        return [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    raise NlptasksError(
+        "nothing to predict: give texts, --file FILE, or pipe lines on stdin",
+        hint='Example: nlptasks infer --task cls "这家酒店服务很好，房间也干净"',
+    )
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from nlptasks.errors import NlptasksError
+
+    inputs = read_inputs(args)
+    from nlptasks.engine.runner import latest_run, load_predictor
+
+    run_dir = args.model
+    if run_dir is None:
+        if not args.task:
+            raise NlptasksError("say which model to use: --task TASK (its latest run) or --model RUN_DIR")
+        run_dir = latest_run(args.task, args.runs_dir)
+        if run_dir is None:
+            from nlptasks.plugins import get_host
+
+            host = get_host()
+            host.task(args.task)  # unknown task → error with did-you-mean
+            recipe = f"recipes/{args.task}.toml"
+            raise NlptasksError(
+                f"no complete {args.task!r} run under {args.runs_dir}/{args.task}",
+                hint=f"Train one first: nlptasks run {recipe}   (or point --model at a run folder)",
+            )
+    elif not run_dir.is_dir():
+        raise NlptasksError(f"--model {run_dir}: no such folder")
+    logging.getLogger("nlptasks").info("model: %s", run_dir)
+    predictor = load_predictor(run_dir)
+    if hasattr(predictor, "batch_size"):
+        predictor.batch_size = args.batch_size
+    for result in predictor(inputs):
+        print(json.dumps(result, ensure_ascii=False))
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from nlptasks.plugins import get_host
+
+    host = get_host()
+    infos = host.infos()
+    if args.json:
+        payload = {
+            "plugins": [info.__dict__ for info in infos],
+            "tasks": {
+                name: {"plugin": spec.plugin, "description": spec.description, "best_metric": spec.best_metric}
+                for name, spec in sorted(host.tasks.items())
+            },
+            "failures": [f.__dict__ for f in host.failures],
+        }
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        return 0
+    for info in infos:
+        version = f" {info.version}" if info.version else ""
+        print(f"{info.name}  ({info.dist}{version})")
+        for task in info.tasks:
+            print(f"  task {task}: {host.tasks[task].description}")
+        print(f"  hooks: {', '.join(info.hooks) or '-'}")
+    for failure in host.failures:
+        print(f"FAILED {failure}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from nlptasks.plugins import get_host
+    from nlptasks.recipe import recipe_json_schema
+
+    print(json.dumps(recipe_json_schema(get_host().tasks), ensure_ascii=False, indent=2))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

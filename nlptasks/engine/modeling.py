@@ -1,0 +1,87 @@
+"""Step 5, generic part: load a pretrained model or build one from a config ("from scratch")."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from nlptasks.errors import NlptasksError, Problem, RecipeError
+
+if TYPE_CHECKING:
+    from nlptasks.context import RunContext
+
+
+def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
+    """Load ``model.name_or_path`` or build ``[model.scratch]`` with a task head.
+
+    :param auto_class: a transformers auto class name, e.g. ``"AutoModelForSequenceClassification"``.
+    :param config: config entries for the head (``num_labels``, ``id2label``, ``label2id``...).
+    """
+    import transformers
+
+    cls = getattr(transformers, auto_class, None)
+    if cls is None:
+        raise NlptasksError(f"internal error: transformers has no class {auto_class!r}")
+    model_cfg = ctx.recipe.model
+    if model_cfg.name_or_path:
+        try:
+            model = cls.from_pretrained(
+                model_cfg.name_or_path,
+                revision=model_cfg.revision,
+                trust_remote_code=model_cfg.trust_remote_code,
+                **config,
+            )
+        except Exception as exc:  # noqa: BLE001 - offline, typo, wrong architecture
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise NlptasksError(
+                f"model.name_or_path: cannot load {model_cfg.name_or_path!r} as {auto_class}: {first}",
+                hint="A hub id needs internet (or a filled cache). Offline, use [model.scratch] (see recipes/cls.toml).",
+            ) from None
+    else:
+        model = build_from_scratch(ctx, cls, **config)
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    ctx.log.info("model: %s, %s parameters (%s trainable)", type(model).__name__, f"{total:,}", f"{trainable:,}")
+    ctx.manifest.setdefault("model_class", type(model).__name__)
+    return model
+
+
+def build_from_scratch(ctx: RunContext, cls: Any, **config: Any) -> Any:
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    scratch = ctx.recipe.model.scratch
+    assert scratch is not None
+    if scratch.architecture not in CONFIG_MAPPING:
+        from nlptasks.errors import did_you_mean
+
+        raise RecipeError(
+            "recipe",
+            [
+                Problem(
+                    "model.scratch.architecture",
+                    f"unknown model type {scratch.architecture!r}{did_you_mean(scratch.architecture, CONFIG_MAPPING.keys())}",
+                )
+            ],
+        )
+    tokenizer = ctx.tokenizer
+    if tokenizer is None:
+        raise NlptasksError("internal error: build the tokenizer (step 4) before a from-scratch model")
+    values: dict[str, Any] = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": scratch.hidden,
+        "num_hidden_layers": scratch.layers,
+        "num_attention_heads": scratch.heads,
+        "intermediate_size": scratch.intermediate,
+        "max_position_embeddings": max(512, ctx.recipe.model.max_length + 2),
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    values.update(scratch.extra)
+    values.update(config)
+    try:
+        cfg = AutoConfig.for_model(scratch.architecture, **values)
+        return cls.from_config(cfg)
+    except Exception as exc:  # noqa: BLE001 - e.g. a head this architecture does not have
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RecipeError(
+            "recipe", [Problem("model.scratch", f"cannot build {scratch.architecture!r} with this head: {first}")]
+        ) from None

@@ -1,0 +1,190 @@
+"""``nlptasks run``: the ten steps in order, and the run directory they leave behind.
+
+A run directory ``<output.dir>/<task>/<run_name>/`` holds::
+
+    model.safetensors, config.json      the trained model (loads with plain transformers)
+    tokenizer.json, tokenizer_config.json
+    labels.json                         the label list (index = class id), when the task has classes
+    recipe.toml                         the resolved recipe (every default filled in)
+    metrics.json                        train/validation/test metrics and dropped-row counts
+    nlptasks.json                       the manifest: task, plugins and versions, inference settings
+    COMPLETE                            written last: the run finished
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nlptasks.context import RunContext
+from nlptasks.errors import NlptasksError
+from nlptasks.plugins import Host, get_host
+from nlptasks.recipe import LoadedRecipe, dump_toml, load_recipe
+
+MANIFEST = "nlptasks.json"
+COMPLETE = "COMPLETE"
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    metrics: dict[str, Any]
+    seconds: float
+
+
+def run_dir_for(loaded: LoadedRecipe) -> Path:
+    out = loaded.recipe.output
+    base = Path(out.dir)
+    if not base.is_absolute():
+        base = Path.cwd() / base
+    task_dir = base / loaded.task.name
+    if out.run_name:
+        path = task_dir / out.run_name
+        if path.exists():
+            if not out.overwrite:
+                raise NlptasksError(
+                    f"output.run_name: {path} already exists",
+                    hint="Pick another name (--set output.run_name=NAME) or replace it (--set output.overwrite=true).",
+                )
+            shutil.rmtree(path)
+        return path
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path, n = task_dir / stamp, 2
+    while path.exists():
+        path, n = task_dir / f"{stamp}-{n}", n + 1
+    return path
+
+
+def run(
+    recipe: str | Path | LoadedRecipe,
+    overrides: Iterable[str] = (),
+    host: Host | None = None,
+    progress: bool = True,
+) -> RunResult:
+    """Run a recipe through the ten steps and save the run; return its directory and metrics."""
+    host = host or get_host()
+    loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
+    started = time.perf_counter()
+    output_dir = run_dir_for(loaded)
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=output_dir)
+    hooks = host.hooks_for(loaded.task)
+    ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
+
+    hooks.nlptasks_setup(ctx=ctx)  # 1
+    (output_dir / "recipe.toml").write_text(
+        dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml"),
+        encoding="utf-8",
+    )
+    raw = hooks.nlptasks_load_data(ctx=ctx)  # 2
+    data = hooks.nlptasks_split(ctx=ctx, data=raw)  # 3
+    data = hooks.nlptasks_preprocess(ctx=ctx, data=data)  # 4
+    if "train" not in data or len(data["train"]) == 0:
+        raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
+    model = hooks.nlptasks_build_model(ctx=ctx)  # 5
+    compute_metrics = hooks.nlptasks_metrics(ctx=ctx)  # 6
+
+    from nlptasks.engine.training import training_kwargs
+
+    has_validation = "validation" in data and len(data["validation"]) > 0
+    kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
+    args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=kwargs)  # 7
+    collator = hooks.nlptasks_data_collator(ctx=ctx)  # 8
+    trainer = hooks.nlptasks_trainer(
+        ctx=ctx, model=model, args=args, data=data, data_collator=collator, compute_metrics=compute_metrics
+    )
+    metrics = hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data)  # 9
+
+    seconds = time.perf_counter() - started
+    save_run(ctx, host, trainer, metrics, seconds, loaded)
+    return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds)
+
+
+def save_run(
+    ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe
+) -> None:
+    out = ctx.output_dir
+    trainer.save_model(str(out))  # model (safetensors) and, through processing_class, the tokenizer
+    if ctx.tokenizer is not None:
+        ctx.tokenizer.save_pretrained(str(out))
+    if ctx.labels is not None:
+        _write_json(out / "labels.json", ctx.labels)
+    full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1)}
+    _write_json(out / "metrics.json", full_metrics)
+    _write_json(out / MANIFEST, manifest_for(ctx, host, loaded))
+    if not loaded.recipe.output.keep_checkpoints and ctx.checkpoints_dir.exists():
+        shutil.rmtree(ctx.checkpoints_dir)
+    (out / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
+
+
+def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str, Any]:
+    import importlib.metadata as md
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    plugins = []
+    for info in host.infos():
+        if info.tasks and ctx.task.name not in info.tasks:
+            continue  # other task plugins took no part
+        plugins.append({"name": info.name, "dist": info.dist, "version": info.version})
+    return {
+        "task": ctx.task.name,
+        "plugin": ctx.task.plugin,
+        "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "labels": ctx.labels,
+        "max_length": ctx.recipe.model.max_length,
+        "base_model": ctx.recipe.model.name_or_path or f"scratch:{ctx.recipe.model.scratch.architecture}",  # type: ignore[union-attr]
+        "options": loaded.options.model_dump(mode="json"),
+        "plugins": plugins,
+        "versions": {
+            "python": platform.python_version(),
+            **{name: version(name) for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy")},
+        },
+        **ctx.manifest,
+    }
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / MANIFEST
+    if not (run_dir / COMPLETE).exists():
+        raise NlptasksError(
+            f"{run_dir}: not a complete nlptasks run (no {COMPLETE} marker)",
+            hint="Point --model at a folder made by `nlptasks run`, or run a recipe first.",
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise NlptasksError(f"{path}: cannot read the run manifest: {exc}") from None
+
+
+def latest_run(task: str, runs_dir: Path | None = None) -> Path | None:
+    """The most recently completed run of ``task`` under ``runs_dir`` (default ``./runs``)."""
+    base = (runs_dir or Path("runs")) / task
+    if not base.is_dir():
+        return None
+    complete = [p.parent for p in base.glob(f"*/{COMPLETE}")]
+    if not complete:
+        return None
+    return max(complete, key=lambda p: ((p / COMPLETE).stat().st_mtime, p.name))
+
+
+def load_predictor(run_dir: Path, host: Host | None = None) -> Any:
+    """Step 10: the predictor of a complete run, from the plugin that owns its task."""
+    host = host or get_host()
+    manifest = read_manifest(run_dir)
+    task = host.task(manifest.get("task", "?"))
+    return host.hooks_for(task).nlptasks_load_predictor(run_dir=run_dir, manifest=manifest)

@@ -1,0 +1,121 @@
+"""Steps 7 and 9, generic part: TrainingArguments from the recipe, then train and evaluate."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean
+
+if TYPE_CHECKING:
+    from nlptasks.context import RunContext
+
+
+def resolve_precision(precision: str) -> str:
+    """``auto`` → bf16 on GPUs that support it, fp16 on older GPUs, fp32 on CPU."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if precision == "auto":
+        if not cuda:
+            return "fp32"
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    if precision == "fp16" and not cuda:
+        raise RecipeError(
+            "recipe",
+            [Problem("train.precision", "fp16 needs a CUDA GPU; this machine has none (use 'auto' or 'fp32')")],
+        )
+    return precision
+
+
+def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, progress: bool = True) -> dict[str, Any]:
+    """The keyword arguments for ``TrainingArguments`` derived from ``[train]`` (step 7's input)."""
+    t = ctx.recipe.train
+    best = t.best_metric or ctx.task.best_metric
+    if best == ctx.task.best_metric:
+        greater = ctx.task.greater_is_better
+    else:
+        greater = not best.endswith("loss")
+    if best != "loss" and not has_metrics:
+        raise RecipeError(
+            "recipe", [Problem("train.best_metric", f"{best!r} needs metrics, but the task computes only the loss")]
+        )
+    evaluate = has_validation and t.eval_strategy != "no"
+    keep_best = evaluate and t.keep_best
+    precision = resolve_precision(t.precision)
+    kwargs: dict[str, Any] = {
+        "output_dir": str(ctx.checkpoints_dir),
+        "num_train_epochs": t.epochs,
+        "max_steps": t.max_steps or -1,
+        "per_device_train_batch_size": t.batch_size,
+        "per_device_eval_batch_size": t.eval_batch_size or 2 * t.batch_size,
+        "learning_rate": t.learning_rate,
+        "weight_decay": t.weight_decay,
+        "warmup_steps": t.warmup,
+        "lr_scheduler_type": t.scheduler,
+        "gradient_accumulation_steps": t.gradient_accumulation_steps,
+        "eval_strategy": t.eval_strategy if evaluate else "no",
+        "eval_steps": t.eval_steps,
+        "save_strategy": t.eval_strategy if keep_best else "no",
+        "save_steps": t.eval_steps,
+        "save_total_limit": 1 if keep_best else None,
+        "save_only_model": True,
+        "load_best_model_at_end": keep_best,
+        "metric_for_best_model": best if keep_best else None,
+        "greater_is_better": greater if keep_best else None,
+        "logging_steps": t.logging_steps,
+        "seed": ctx.recipe.seed,
+        "report_to": "none",
+        "disable_tqdm": not progress,
+        "bf16": precision == "bf16",
+        "fp16": precision == "fp16",
+        "train_sampling_strategy": "group_by_length" if t.group_by_length else "random",
+    }
+    ctx.manifest["precision"] = precision
+    kwargs.update(t.extra)
+    return kwargs
+
+
+def make_training_arguments(kwargs: dict[str, Any]) -> Any:
+    """``TrainingArguments(**kwargs)``, with unknown keys reported as ``train.extra.<key>``."""
+    from transformers import TrainingArguments
+
+    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        raise RecipeError(
+            "recipe",
+            [
+                Problem(f"train.extra.{k}", f"not a transformers TrainingArguments field{did_you_mean(k, known)}")
+                for k in unknown
+            ],
+        )
+    try:
+        return TrainingArguments(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise NlptasksError(f"train: transformers rejected the training arguments: {exc}") from None
+
+
+def _strip(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
+    out = {}
+    for k, v in metrics.items():
+        key = k[len(prefix) + 1 :] if k.startswith(prefix + "_") else k
+        if isinstance(v, float) and math.isnan(v):
+            v = None
+        out[key] = v
+    return out
+
+
+def train_and_evaluate(ctx: RunContext, trainer: Any, data: Any) -> dict[str, Any]:
+    """Default step 9: train (best checkpoint restored), then evaluate validation and test."""
+    result = trainer.train()
+    metrics: dict[str, Any] = {"train": _strip(dict(result.metrics), "train")}
+    state = trainer.state
+    if state.best_model_checkpoint:
+        metrics["train"]["best_step"] = int(state.best_model_checkpoint.rstrip("/").rsplit("-", 1)[-1])
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if split in data and len(data[split]):
+            values = trainer.evaluate(eval_dataset=data[split], metric_key_prefix=prefix)
+            metrics[split] = _strip(values, prefix)
+    return metrics

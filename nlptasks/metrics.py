@@ -1,0 +1,39 @@
+"""Classification metrics in NumPy: offline, no ``evaluate.load`` from the hub.
+
+``classification_report`` returns a flat dict: ``accuracy``, ``f1_macro``, ``precision_macro``,
+``recall_macro`` and, per class, ``f1/<label>``, ``precision/<label>``, ``recall/<label>`` and
+``support/<label>`` (per-class keys contain a ``/``; the CLI shows them as a table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def classification_report(predictions: Any, references: Any, labels: Sequence[str]) -> dict[str, float]:
+    import numpy as np
+
+    pred = np.asarray(predictions).reshape(-1)
+    ref = np.asarray(references).reshape(-1)
+    out: dict[str, float] = {"accuracy": float((pred == ref).mean()) if len(ref) else 0.0}
+    f1s, precisions, recalls = [], [], []
+    for i, name in enumerate(labels):
+        tp = float(((pred == i) & (ref == i)).sum())
+        fp = float(((pred == i) & (ref != i)).sum())
+        fn = float(((pred != i) & (ref == i)).sum())
+        p = tp / (tp + fp) if tp + fp else 0.0
+        r = tp / (tp + fn) if tp + fn else 0.0
+        f = 2 * p * r / (p + r) if p + r else 0.0
+        out[f"precision/{name}"] = p
+        out[f"recall/{name}"] = r
+        out[f"f1/{name}"] = f
+        out[f"support/{name}"] = float((ref == i).sum())
+        precisions.append(p)
+        recalls.append(r)
+        f1s.append(f)
+    n = max(len(labels), 1)
+    out["f1_macro"] = sum(f1s) / n
+    out["precision_macro"] = sum(precisions) / n
+    out["recall_macro"] = sum(recalls) / n
+    return out

@@ -1,0 +1,534 @@
+"""Recipes: TOML files validated by pydantic.
+
+A recipe says which task to run (``task = "cls"``), on which data, with which model and
+training settings.  :func:`load_recipe` reads one, applies ``--set key=value`` overrides, and
+reports **every** problem at once, each with its key path (``train.learning_rate: ...``).
+Unknown keys get a did-you-mean; allowed values come from the field types; the task's
+``[options]`` table is validated by the model the task plugin registered.
+
+Relative paths in a recipe are relative to the recipe file; paths given with ``--set`` are
+relative to the current directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean
+
+if TYPE_CHECKING:
+    from nlptasks.context import TaskSpec
+    from nlptasks.plugins import Host
+
+__all__ = [
+    "DataConfig",
+    "LoadedRecipe",
+    "ModelConfig",
+    "OutputConfig",
+    "Recipe",
+    "ScratchConfig",
+    "SplitConfig",
+    "TrainConfig",
+    "dump_toml",
+    "load_recipe",
+    "recipe_json_schema",
+]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SplitConfig(Section):
+    """How to carve validation/test splits out of ``train`` when they are not given as files."""
+
+    validation: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Fraction of train held out for validation. Default: 0.1 when no "
+        "data.validation file is given, otherwise none.",
+    )
+    test: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Fraction of train held out for test. Default: 0.1 when neither "
+        "data.validation nor data.test is given, otherwise none.",
+    )
+    seed: int = Field(42, description="Seed of the random split.")
+    stratify: bool = Field(
+        True, description="Keep class proportions in every split (for tasks that declare a label column)."
+    )
+
+
+DataFormat = Literal["auto", "csv", "json", "jsonl", "disk"]
+
+
+class DataConfig(Section):
+    """Where the data comes from: local files, a ``save_to_disk`` folder, or a hub dataset."""
+
+    train: str | None = Field(
+        None, description="Training file (csv, json, jsonl) or a datasets save_to_disk folder."
+    )
+    validation: str | None = Field(None, description="Validation file (same format as train).")
+    test: str | None = Field(None, description="Test file (same format as train).")
+    hub: str | None = Field(
+        None,
+        description="Hugging Face hub dataset id (e.g. 'seamew/ChnSentiCorp'); needs internet. "
+        "Use instead of train/validation/test.",
+    )
+    hub_config: str | None = Field(None, description="Configuration name of the hub dataset.")
+    format: DataFormat = Field(
+        "auto", description="File format; 'auto' goes by the file extension (a folder is 'disk')."
+    )
+    split: SplitConfig = Field(default_factory=SplitConfig, description="Random split settings.")
+    max_train_rows: int | None = Field(
+        None, ge=1, description="Use only the first N training rows (quick experiments)."
+    )
+    max_eval_rows: int | None = Field(
+        None, ge=1, description="Use only the first N rows of validation and of test."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataConfig:
+        if self.hub and (self.train or self.validation or self.test):
+            raise ValueError("give either data.hub or data.train/validation/test files, not both")
+        if not self.hub and not self.train:
+            raise ValueError("no training data: set data.train (a file) or data.hub (a dataset id)")
+        if self.validation and self.split.validation is not None:
+            raise ValueError("data.validation is a file, so data.split.validation cannot also be set")
+        if self.test and self.split.test is not None:
+            raise ValueError("data.test is a file, so data.split.test cannot also be set")
+        return self
+
+
+class ScratchConfig(Section):
+    """A model built from a config, with a vocabulary built from the training data."""
+
+    architecture: str = Field(
+        "bert", description="transformers model type (config 'model_type'), e.g. 'bert', 'roberta'."
+    )
+    tokenizer: Literal["char", "wordpiece", "bpe"] = Field(
+        "char",
+        description="Vocabulary built from the training texts: 'char' (one token per character; "
+        "Chinese), 'wordpiece' or 'bpe' (sub-words; English).",
+    )
+    vocab_size: int = Field(
+        8000, ge=16, description="Largest vocabulary to build (special tokens included)."
+    )
+    min_frequency: int = Field(2, ge=1, description="Keep tokens seen at least this many times.")
+    lowercase: bool = Field(False, description="Lower-case texts before building the vocabulary.")
+    layers: int = Field(2, ge=1, description="Number of transformer layers.")
+    hidden: int = Field(256, ge=8, description="Hidden size.")
+    heads: int = Field(4, ge=1, description="Attention heads (must divide hidden).")
+    intermediate: int = Field(1024, ge=8, description="Feed-forward size.")
+    extra: dict[str, Any] = Field(
+        default_factory=dict, description="Further config keys passed to transformers' AutoConfig."
+    )
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ScratchConfig:
+        if self.hidden % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
+        return self
+
+
+class ModelConfig(Section):
+    """The model: a pretrained one (hub id or folder) or one built from scratch."""
+
+    name_or_path: str | None = Field(
+        None, description="Hub model id (e.g. 'hfl/rbt3') or a local model folder."
+    )
+    scratch: ScratchConfig | None = Field(
+        None, description="Build a model from a config instead (see [model.scratch])."
+    )
+    max_length: int = Field(128, ge=8, le=8192, description="Longest input in tokens; longer is truncated.")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    trust_remote_code: bool = Field(False, description="Allow model code from the hub repository.")
+
+    @model_validator(mode="after")
+    def _one_model(self) -> ModelConfig:
+        if (self.name_or_path is None) == (self.scratch is None):
+            raise ValueError("set exactly one of model.name_or_path and [model.scratch]")
+        return self
+
+
+class TrainConfig(Section):
+    """Training settings, mapped onto transformers' TrainingArguments."""
+
+    epochs: float = Field(3.0, gt=0, description="Number of training epochs.")
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps (overrides epochs).")
+    batch_size: int = Field(16, ge=1, description="Training batch size per device.")
+    eval_batch_size: int | None = Field(None, ge=1, description="Evaluation batch size (default: 2 x batch_size).")
+    learning_rate: float = Field(5e-5, gt=0, lt=1, description="Peak learning rate.")
+    weight_decay: float = Field(0.0, ge=0, lt=1, description="AdamW weight decay.")
+    warmup: float = Field(0.0, ge=0, lt=1, description="Fraction of steps with linear learning-rate warmup.")
+    scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = Field(
+        "linear", description="Learning-rate schedule after warmup."
+    )
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
+    eval_strategy: Literal["epoch", "steps", "no"] = Field(
+        "epoch", description="When to evaluate on validation (and save a checkpoint)."
+    )
+    eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (with eval_strategy = 'steps').")
+    logging_steps: int = Field(50, ge=1, description="Log the training loss every N steps.")
+    keep_best: bool = Field(
+        True, description="Keep the checkpoint with the best validation metric, not the last one."
+    )
+    best_metric: str | None = Field(
+        None, description="Metric that picks the best checkpoint (default: the task's, e.g. 'accuracy')."
+    )
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="'auto': bf16 on GPUs that support it, fp16 on older GPUs, fp32 on CPU."
+    )
+    padding: Literal["dynamic", "max_length"] = Field(
+        "dynamic", description="Pad each batch to its longest example ('dynamic') or to model.max_length."
+    )
+    group_by_length: bool = Field(
+        False, description="Draw training batches of similar lengths (less padding, faster)."
+    )
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further transformers TrainingArguments, passed as they are (checked at run time).",
+    )
+
+    @model_validator(mode="after")
+    def _steps_need_eval_steps(self) -> TrainConfig:
+        if self.eval_strategy == "steps" and self.eval_steps is None:
+            raise ValueError("train.eval_strategy = 'steps' needs train.eval_steps")
+        return self
+
+
+class OutputConfig(Section):
+    """Where the run goes: ``<dir>/<task>/<run_name>/``."""
+
+    dir: str = Field("runs", description="Folder that holds runs, as <dir>/<task>/<run_name>.")
+    run_name: str | None = Field(None, description="Name of this run (default: date and time).")
+    keep_checkpoints: bool = Field(False, description="Keep intermediate checkpoints after training.")
+    overwrite: bool = Field(False, description="Replace an existing run of the same name.")
+
+
+class Recipe(Section):
+    """An nlptasks recipe."""
+
+    task: str = Field(description="The task to run, e.g. 'cls' (see `nlptasks plugins`).")
+    description: str = Field("", description="Free text: what this recipe is for.")
+    seed: int = Field(42, description="Seed for Python, NumPy, torch and the Trainer.")
+    data: DataConfig = Field(description="The [data] table.")
+    model: ModelConfig = Field(description="The [model] table.")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="The [train] table.")
+    output: OutputConfig = Field(default_factory=OutputConfig, description="The [output] table.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Task options, validated by the task's plugin."
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedRecipe:
+    """A validated recipe, its task and the task's validated options."""
+
+    recipe: Recipe
+    task: TaskSpec
+    options: BaseModel
+    path: Path | None
+    raw: dict[str, Any]
+
+    def resolved(self) -> dict[str, Any]:
+        """The recipe with every default filled in (what a run saves as ``recipe.toml``)."""
+        data = self.recipe.model_dump(mode="json")
+        data["options"] = self.options.model_dump(mode="json")
+        return data
+
+
+PATH_KEYS = ("data.train", "data.validation", "data.test")
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"train.learning_rate=3e-5"`` → ``(["train", "learning_rate"], 3e-05)``.
+
+    The value is read as a TOML value (numbers, booleans, ``[lists]``, ``"quoted strings"``);
+    anything that is not valid TOML is taken as a plain string.
+    """
+    if "=" not in item:
+        raise RecipeError(
+            "--set",
+            [Problem(item, "expected KEY=VALUE, e.g. --set train.learning_rate=3e-5")],
+        )
+    key, _, text = item.partition("=")
+    parts = [p.strip() for p in key.strip().split(".")]
+    if not all(parts):
+        raise RecipeError("--set", [Problem(item, "empty key part; keys look like train.learning_rate")])
+    try:
+        value = tomllib.loads(f"v = {text.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return parts, value
+
+
+def _apply_override(raw: dict[str, Any], parts: list[str], value: Any) -> None:
+    node = raw
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise RecipeError("--set", [Problem(where, "is a value, not a table; cannot set a key inside it")])
+        node = child
+    node[parts[-1]] = value
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NlptasksError(
+            f"{path}: recipe not found", hint="Shipped recipes are in recipes/, e.g. `nlptasks run recipes/cls.toml`."
+        ) from None
+    except IsADirectoryError:
+        raise NlptasksError(f"{path}: is a folder, not a recipe file") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(str(path), [Problem("", f"not valid TOML: {exc}")]) from None
+
+
+def _model_at(loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``loc`` (for did-you-mean on unknown keys)."""
+    model: type[BaseModel] | None = Recipe
+    for part in loc[:-1]:
+        if model is None or not isinstance(part, str) or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+        model = _pydantic_model_in(annotation)
+    return model
+
+
+def _pydantic_model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _pydantic_model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def problems_from(error: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> list[Problem]:
+    """Turn a pydantic ``ValidationError`` into one :class:`Problem` per error, with key paths."""
+    problems = []
+    for err in error.errors(include_url=False):
+        loc = [str(p) for p in err["loc"]]
+        where = ".".join([prefix, *loc] if prefix else loc)
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            holder = root if (root is not None and len(loc) == 1) else _model_at(loc)
+            if root is not None and len(loc) > 1:
+                holder = None
+            known = list(holder.model_fields) if holder is not None else []
+            hint = did_you_mean(loc[-1], known)
+            allowed = f"; allowed keys: {', '.join(known)}" if known and not hint else ""
+            problems.append(Problem(where, f"unknown key{hint}{allowed}"))
+        elif kind == "missing":
+            problems.append(Problem(where, "required key is missing"))
+        else:
+            message = err["msg"]
+            if message.startswith("Value error, "):
+                message = message[len("Value error, ") :]
+            if kind not in {"value_error", "assertion_error"} and "input" in err and not isinstance(
+                err["input"], dict
+            ):
+                message = f"{message} (got {err['input']!r})"
+            problems.append(Problem(where, message))
+    return problems
+
+
+def load_recipe(
+    path: str | Path | None,
+    overrides: Iterable[str] = (),
+    host: Host | None = None,
+    raw: dict[str, Any] | None = None,
+    check_files: bool = True,
+) -> LoadedRecipe:
+    """Read, override and validate a recipe; raise :class:`RecipeError` listing every problem.
+
+    :param path: the TOML file (or ``None`` when ``raw`` is given).
+    :param overrides: ``KEY=VALUE`` strings from ``--set``.
+    :param host: the plugin host (for the task and its options model).
+    :param check_files: report data files that do not exist.
+    """
+    from nlptasks.plugins import get_host
+
+    host = host or get_host()
+    source = str(path) if path is not None else "<recipe>"
+    base = Path(path).resolve().parent if path is not None else Path.cwd()
+    if raw is None:
+        assert path is not None
+        raw = read_toml(Path(path))
+    raw = json.loads(json.dumps(raw, default=str))  # deep copy; TOML dates become strings
+
+    overridden: set[str] = set()
+    for item in overrides:
+        parts, value = parse_override(item)
+        _apply_override(raw, parts, value)
+        overridden.add(".".join(parts))
+
+    problems: list[Problem] = []
+    recipe: Recipe | None = None
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as exc:
+        problems += [p for p in problems_from(exc) if not p.where.startswith("options.")]
+
+    # The task and its options, even when other sections have problems.
+    task_name = raw.get("task")
+    spec: TaskSpec | None = None
+    options: BaseModel | None = None
+    if isinstance(task_name, str):
+        if task_name in host.tasks:
+            spec = host.tasks[task_name]
+        else:
+            problems.append(Problem("task", host.unknown_task_message(task_name)))
+    raw_options = raw.get("options", {})
+    if spec is not None:
+        if not isinstance(raw_options, dict):
+            problems.append(Problem("options", "must be a table ([options])"))
+        else:
+            try:
+                options = spec.options.model_validate(raw_options)
+            except ValidationError as exc:
+                problems += problems_from(exc, prefix="options", root=spec.options)
+
+    if recipe is not None:
+        _resolve_paths(recipe, base, overridden)
+        if check_files:
+            problems += _missing_files(recipe)
+
+    if problems:
+        hint = None
+        if any(p.message.startswith("unknown key") for p in problems):
+            hint = "Every key is listed in docs/recipes.md and by `nlptasks schema`."
+        raise RecipeError(source, problems, hint=hint)
+    assert recipe is not None and spec is not None and options is not None
+    return LoadedRecipe(recipe=recipe, task=spec, options=options, path=Path(path) if path else None, raw=raw)
+
+
+def _resolve_paths(recipe: Recipe, base: Path, overridden: set[str]) -> None:
+    data = recipe.data
+    for key in PATH_KEYS:
+        name = key.split(".")[1]
+        value = getattr(data, name)
+        if value is None:
+            continue
+        p = Path(value).expanduser()
+        if not p.is_absolute():
+            p = (Path.cwd() if key in overridden else base) / p
+        setattr(data, name, str(p.resolve()))
+    out = Path(recipe.output.dir).expanduser()
+    if not out.is_absolute() and "output.dir" in overridden:
+        recipe.output.dir = str(out.resolve())
+    model = recipe.model
+    if model.name_or_path:
+        p = Path(model.name_or_path).expanduser()
+        root = Path.cwd() if "model.name_or_path" in overridden else base
+        looks_local = model.name_or_path.startswith((".", "/", "~")) or (root / p).exists()
+        if looks_local:
+            model.name_or_path = str((p if p.is_absolute() else root / p).resolve())
+
+
+def _missing_files(recipe: Recipe) -> list[Problem]:
+    problems = []
+    for key in PATH_KEYS:
+        value = getattr(recipe.data, key.split(".")[1])
+        if value is not None and not Path(value).exists():
+            problems.append(Problem(key, f"file not found: {value}"))
+    name = recipe.model.name_or_path
+    if name and Path(name).is_absolute() and not Path(name).exists():
+        problems.append(Problem("model.name_or_path", f"folder not found: {name}"))
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema and TOML output
+# ---------------------------------------------------------------------------------------------
+
+
+def recipe_json_schema(tasks: dict[str, TaskSpec]) -> dict[str, Any]:
+    """JSON Schema of a recipe, with each task's ``[options]`` schema chosen by ``task``."""
+    schema = Recipe.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+    branches = []
+    for name, spec in sorted(tasks.items()):
+        sub = spec.options.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(sub.pop("$defs", {}))
+        key = f"options_{name}"
+        defs[key] = sub
+        branches.append(
+            {
+                "if": {"properties": {"task": {"const": name}}, "required": ["task"]},
+                "then": {"properties": {"options": {"$ref": f"#/$defs/{key}"}}},
+            }
+        )
+    schema["properties"]["task"]["enum"] = sorted(tasks)
+    if branches:
+        schema["allOf"] = branches
+    schema["title"] = "nlptasks recipe"
+    return schema
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        inner = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{ " + inner + " }" if inner else "{}"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    import re
+
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
+def dump_toml(data: dict[str, Any], header: str = "") -> str:
+    """Write nested dicts as TOML (enough for recipes: scalars, lists, tables)."""
+    lines: list[str] = [f"# {line}" if line else "#" for line in header.splitlines()]
+
+    def table(node: dict[str, Any], path: list[str]) -> None:
+        scalars = {k: v for k, v in node.items() if not isinstance(v, dict) and v is not None}
+        tables = {k: v for k, v in node.items() if isinstance(v, dict)}
+        if path and (scalars or not tables):
+            lines.append("")
+            lines.append("[" + ".".join(_toml_key(p) for p in path) + "]")
+        for k, v in scalars.items():
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+        for k, v in tables.items():
+            table(v, [*path, k])
+
+    table(data, [])
+    return "\n".join(lines).lstrip("\n") + "\n"

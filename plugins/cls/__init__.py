@@ -1,0 +1,222 @@
+"""``cls``: sequence classification (sentiment, topic, intent...).
+
+The whole task lives here: options, preprocessing (steps 4), the model head (5), metrics (6) and
+inference (10).  Everything else comes from the engine's defaults.
+
+Data: one text column and one label column (names in ``[options]``).  Labels are taken from the
+training data as they are spelt (strings or integers), sorted (numerically when they are all
+integers) unless ``options.labels`` gives the order.  The saved model carries ``id2label`` /
+``label2id``, so ``transformers.pipeline("text-classification", model=RUN_DIR)`` gives the same
+labels as ``nlptasks infer``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nlptasks import DataError, RunContext, TaskSpec, hookimpl
+
+
+class ClsOptions(BaseModel):
+    """Options of the ``cls`` task (the recipe's ``[options]`` table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text_column: str = Field("text", description="Column (or JSON key) holding the text.")
+    label_column: str = Field("label", description="Column (or JSON key) holding the label.")
+    labels: list[str] | None = Field(
+        None,
+        min_length=2,
+        description="Label names in class-id order. Default: the labels found in the training data, sorted.",
+    )
+
+
+@hookimpl
+def register_tasks(register: Any) -> None:
+    register(
+        TaskSpec(
+            name="cls",
+            description="Sequence classification: one label per text (accuracy, macro-F1, per-class report).",
+            options=ClsOptions,
+            best_metric="accuracy",
+            greater_is_better=True,
+            stratify_by=lambda options: options.label_column,
+        )
+    )
+
+
+def _label_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).strip()
+    return text or None
+
+
+def sort_labels(labels: set[str]) -> list[str]:
+    """Numeric order when every label is an integer (``2`` before ``10``), else text order."""
+    try:
+        return sorted(labels, key=int)
+    except ValueError:
+        return sorted(labels)
+
+
+@hookimpl
+def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
+    from datasets import DatasetDict
+
+    from nlptasks.engine import get_tokenizer
+
+    opts: ClsOptions = ctx.options
+    for split, ds in data.items():
+        missing = [c for c in (opts.text_column, opts.label_column) if c not in ds.column_names]
+        if missing:
+            which = "text_column" if opts.text_column in missing else "label_column"
+            raise DataError(
+                f"no column {missing[0]!r}; the columns are: {', '.join(ds.column_names)}",
+                path=ctx.sources.get(split, split),
+                hint=f"Name the right column with --set options.{which}=NAME.",
+            )
+
+    # Drop (and count) rows without text or label.
+    cleaned = {}
+    for split, ds in data.items():
+        texts, labels = ds[opts.text_column], ds[opts.label_column]
+        keep, empty_text, empty_label = [], 0, 0
+        for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
+            if text is None or not str(text).strip():
+                empty_text += 1
+            elif _label_text(label) is None:
+                empty_label += 1
+            else:
+                keep.append(i)
+        ctx.drop(split, "empty text", empty_text)
+        ctx.drop(split, "empty label", empty_label)
+        cleaned[split] = ds.select(keep) if len(keep) < len(ds) else ds
+        if not keep:
+            raise DataError("no rows left after dropping empty ones", path=ctx.sources.get(split, split))
+        cleaned[split] = cleaned[split].add_column("__row__", [i + 1 for i in keep])
+    data = DatasetDict(cleaned)
+
+    # The label set comes from train (or the recipe); unseen labels elsewhere are errors.
+    train_labels = {_label_text(v) for v in data["train"][opts.label_column]}
+    if opts.labels is not None:
+        labels = list(opts.labels)
+        for split, ds in data.items():
+            _check_labels(ctx, split, ds, set(labels), "options.labels")
+    else:
+        labels = sort_labels({t for t in train_labels if t is not None})
+        for split, ds in data.items():
+            if split != "train":
+                _check_labels(ctx, split, ds, set(labels), "the training data")
+    if len(labels) < 2:
+        raise DataError(
+            f"the training data has a single label ({labels[0]!r}); classification needs at least two",
+            path=ctx.sources.get("train"),
+        )
+    ctx.labels = labels
+    label2id = {name: i for i, name in enumerate(labels)}
+
+    tokenizer = get_tokenizer(ctx, corpus=(str(t) for t in data["train"][opts.text_column]))
+    max_length = ctx.recipe.model.max_length
+    pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
+
+    def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        enc = tokenizer([str(t) for t in batch[opts.text_column]], truncation=True, max_length=max_length, padding=pad)
+        enc["labels"] = [label2id[_label_text(v)] for v in batch[opts.label_column]]  # type: ignore[index]
+        return dict(enc)
+
+    out = DatasetDict()
+    for split, ds in data.items():
+        out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
+        counts = {name: 0 for name in labels}
+        for i in out[split]["labels"]:
+            counts[labels[i]] += 1
+        ctx.log.info("%s labels: %s", split, ", ".join(f"{k} {v}" for k, v in counts.items()))
+    ctx.manifest["text_column"] = opts.text_column
+    return out
+
+
+def _check_labels(ctx: RunContext, split: str, ds: Any, known: set[str], origin: str) -> None:
+    for row, value in zip(ds["__row__"], ds[ctx.options.label_column], strict=True):
+        label = _label_text(value)
+        if label not in known:
+            raise DataError(
+                f"label {label!r} does not occur in {origin}; known labels: {', '.join(sort_labels(known))}",
+                path=ctx.sources.get(split, split),
+                row=row,
+                hint="Fix the row, or list every label in options.labels.",
+            )
+
+
+@hookimpl
+def nlptasks_build_model(ctx: RunContext) -> Any:
+    from nlptasks.engine import load_model
+
+    assert ctx.labels is not None
+    return load_model(
+        ctx,
+        "AutoModelForSequenceClassification",
+        num_labels=len(ctx.labels),
+        id2label=dict(enumerate(ctx.labels)),
+        label2id={name: i for i, name in enumerate(ctx.labels)},
+    )
+
+
+@hookimpl
+def nlptasks_metrics(ctx: RunContext) -> Any:
+    from nlptasks.metrics import classification_report
+
+    labels = list(ctx.labels or [])
+
+    def compute_metrics(eval_pred: Any) -> dict[str, float]:
+        logits, references = eval_pred.predictions, eval_pred.label_ids
+        if isinstance(logits, tuple):
+            logits = logits[0]
+        return classification_report(logits.argmax(-1), references, labels)
+
+    return compute_metrics
+
+
+class ClsPredictor:
+    """Texts (or dicts with the text column) → ``{"text", "label", "score"}``, batched."""
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+        self.model = AutoModelForSequenceClassification.from_pretrained(run_dir)
+        self.model.eval()
+        self.text_column = manifest.get("text_column") or manifest.get("options", {}).get("text_column", "text")
+        self.max_length = manifest.get("max_length")
+        self.batch_size = batch_size
+        self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
+
+    def _text(self, item: Any, index: int) -> str:
+        if isinstance(item, dict):
+            if self.text_column not in item:
+                raise DataError(f"no {self.text_column!r} field; fields: {', '.join(item)}", row=index + 1)
+            item = item[self.text_column]
+        return "" if item is None else str(item)
+
+    def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        from nlptasks.engine.inference import predict_logits, softmax
+
+        texts = [self._text(item, i) for i, item in enumerate(inputs)]
+        probs = softmax(predict_logits(self.model, self.tokenizer, texts, self.batch_size, self.max_length))
+        results = []
+        for text, p in zip(texts, probs, strict=True):
+            best = int(p.argmax())
+            results.append({"text": text, "label": self.id2label[best], "score": round(float(p[best]), 6)})
+        return results
+
+
+@hookimpl
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+    if manifest.get("task") != "cls":
+        return None
+    return ClsPredictor(run_dir, manifest)
