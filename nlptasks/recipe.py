@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean
 
@@ -97,6 +97,11 @@ class DataConfig(Section):
     max_eval_rows: int | None = Field(
         None, ge=1, description="Use only the first N rows of validation and of test."
     )
+
+    @field_validator("train", "validation", "test", "hub", "hub_config", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:

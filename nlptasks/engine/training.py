@@ -44,6 +44,8 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
     evaluate = has_validation and t.eval_strategy != "no"
     keep_best = evaluate and t.keep_best
     precision = resolve_precision(t.precision)
+    import torch
+
     kwargs: dict[str, Any] = {
         "output_dir": str(ctx.checkpoints_dir),
         "num_train_epochs": t.epochs,
@@ -71,6 +73,7 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         "bf16": precision == "bf16",
         "fp16": precision == "fp16",
         "train_sampling_strategy": "group_by_length" if t.group_by_length else "random",
+        "dataloader_pin_memory": torch.cuda.is_available(),
     }
     ctx.manifest["precision"] = precision
     kwargs.update(t.extra)

@@ -1,0 +1,166 @@
+"""The plugin host: entry points, check_pending, broken plugins, the env allow/block lists."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import RECIPES
+from nlptasks import NoOptions, PluginError, TaskSpec, hookimpl
+from nlptasks.plugins import Host
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, extra_path: str | None = None):
+    full_env = {**os.environ, **(env or {})}
+    if extra_path:
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, full_env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "nlptasks", *args], capture_output=True, text=True, env=full_env, timeout=300
+    )
+
+
+def test_builtin_cls_comes_through_the_entry_point_group():
+    from importlib.metadata import entry_points
+
+    names = {ep.name: ep.value for ep in entry_points(group="nlptasks")}
+    assert names.get("cls") == "nlptasks_plugins.cls"
+    host = Host()
+    assert host.tasks["cls"].plugin == "cls"
+    assert host.dist_of("cls")[0] == "nlptasks"
+
+
+def test_misspelt_hook_fails_loudly():
+    class Typo:
+        @hookimpl
+        def nlptasks_preproces(self, ctx, data):  # missing an "s"
+            return data
+
+    host = Host(load_entrypoints=False)
+    with pytest.raises(PluginError) as info:
+        host.register(Typo(), name="typo")
+    assert "typo" in str(info.value) and "nlptasks_preproces" in str(info.value)
+    assert host.pm.get_plugin("typo") is None
+
+
+def test_two_plugins_cannot_provide_the_same_task():
+    class Other:
+        @hookimpl
+        def register_tasks(self, register):
+            register(TaskSpec(name="cls", description="another cls"))
+
+    host = Host()
+    with pytest.raises(PluginError, match="task 'cls' is provided by two plugins: 'cls' and 'other'"):
+        host.register(Other(), name="other")
+
+
+def test_other_task_plugins_are_left_out_but_cross_cutting_ones_run():
+    calls: list[str] = []
+
+    class OtherTask:
+        @hookimpl
+        def register_tasks(self, register):
+            register(TaskSpec(name="other", description="x", options=NoOptions))
+
+        @hookimpl
+        def nlptasks_metrics(self, ctx):
+            calls.append("other-task")
+            return lambda p: {}
+
+    class Logger:
+        @hookimpl(wrapper=True)
+        def nlptasks_metrics(self, ctx):
+            calls.append("logger")
+            return (yield)
+
+    host = Host()
+    host.register(OtherTask(), name="other")
+    host.register(Logger(), name="logger")
+    hooks = host.hooks_for(host.task("cls"))
+
+    class Ctx:
+        labels = ["a", "b"]
+
+    fn = hooks.nlptasks_metrics(ctx=Ctx())
+    assert calls == ["logger"]
+    assert "accuracy" in fn(_pred())  # the cls plugin's metrics
+    host.hooks_for(host.task("other")).nlptasks_metrics(ctx=Ctx())
+    assert calls == ["logger", "logger", "other-task"]
+
+
+def _pred():
+    import numpy as np
+    from transformers import EvalPrediction
+
+    return EvalPrediction(predictions=np.array([[1.0, 0.0], [0.0, 1.0]]), label_ids=np.array([0, 0]))
+
+
+@pytest.fixture
+def broken_dist(tmp_path):
+    """A really installed (on PYTHONPATH) distribution whose plugin module fails to import."""
+    site = tmp_path / "site"
+    info = site / "broken_plugin-0.3.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.3\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[nlptasks]\nbroken = broken_plugin\n", encoding="utf-8")
+    (site / "broken_plugin.py").write_text("import not_a_module_anywhere\n", encoding="utf-8")
+    return str(site)
+
+
+def test_broken_plugin_is_reported_and_does_not_break_other_commands(broken_dist):
+    proc = run_cli("plugins", extra_path=broken_dist)
+    assert proc.returncode == 0, proc.stderr
+    assert "FAILED plugin 'broken' (broken_plugin, from broken-plugin 0.3) failed to load: ModuleNotFoundError" in proc.stdout
+    assert "task cls" in proc.stdout
+    proc = run_cli("validate", str(RECIPES / "cls.toml"), extra_path=broken_dist)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok:")
+    proc = run_cli("plugins", "--json", extra_path=broken_dist)
+    failures = json.loads(proc.stdout)["failures"]
+    assert failures[0]["dist"] == "broken-plugin 0.3"
+
+
+def test_a_task_of_a_broken_plugin_names_the_failure(broken_dist, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(
+        (RECIPES / "cls.toml").read_text(encoding="utf-8").replace('task = "cls"', 'task = "broken"')
+        .replace('"data/cls/', f'"{RECIPES}/data/cls/'),
+        encoding="utf-8",
+    )
+    proc = run_cli("validate", str(recipe), extra_path=broken_dist)
+    assert proc.returncode == 2
+    assert "task: no plugin provides task 'broken'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "env", [{"NLPTASKS_PLUGINS": ""}, {"NLPTASKS_PLUGINS": "something-else"}, {"NLPTASKS_BLOCK_PLUGINS": "cls"}]
+)
+def test_environment_limits_which_plugins_load(env):
+    proc = run_cli("plugins", "--json", env=env)
+    assert "cls" not in json.loads(proc.stdout)["tasks"]
+    proc = run_cli("validate", str(RECIPES / "cls.toml"), env=env)
+    assert proc.returncode == 2 and "no plugin provides task 'cls'; available: none" in proc.stderr
+
+
+def test_allow_list_keeps_the_named_plugin():
+    proc = run_cli("plugins", "--json", env={"NLPTASKS_PLUGINS": "cls"})
+    assert "cls" in json.loads(proc.stdout)["tasks"]
+
+
+def test_trace_logs_hook_calls():
+    code = textwrap.dedent(
+        """
+        from nlptasks.plugins import Host
+        host = Host()
+        class Ctx: labels = ["a", "b"]
+        host.hooks_for(host.task("cls")).nlptasks_metrics(ctx=Ctx())
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "NLPTASKS_TRACE": "1"}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "[trace]" in proc.stderr and "nlptasks_metrics" in proc.stderr

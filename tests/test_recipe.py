@@ -1,0 +1,185 @@
+"""Recipes: every shipped recipe validates; every kind of mistake is reported with its key path."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, ROOT
+from nlptasks.errors import NlptasksError, RecipeError
+from nlptasks.recipe import dump_toml, load_recipe, parse_override, recipe_json_schema
+
+SHIPPED = sorted(RECIPES.rglob("*.toml"))
+
+
+def test_there_are_recipes():
+    names = {p.relative_to(RECIPES).as_posix() for p in SHIPPED}
+    assert {"cls.toml", "hub/cls-rbt3.toml"} <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(RECIPES).as_posix())
+def test_shipped_recipe_validates(path):
+    loaded = load_recipe(path)
+    assert loaded.task.name == loaded.recipe.task
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(RECIPES).as_posix())
+def test_shipped_recipe_opens_with_a_header(path):
+    head = path.read_text(encoding="utf-8").split("\ntask", 1)[0]
+    assert head.startswith("#"), "a recipe opens with a comment"
+    assert "nlptasks run " in head, "the header gives the command to run it"
+    assert "--set" in head, "the header gives an override example"
+
+
+def base_recipe(tmp_path: Path, extra: str = "") -> Path:
+    data = tmp_path / "train.csv"
+    data.write_text("text,label\n好,a\n坏,b\n", encoding="utf-8")
+    path = tmp_path / "r.toml"
+    path.write_text(
+        'task = "cls"\n[data]\ntrain = "train.csv"\n[model.scratch]\n' + extra, encoding="utf-8"
+    )
+    return path
+
+
+def problems(exc: RecipeError) -> dict[str, str]:
+    return {p.where: p.message for p in exc.problems}
+
+
+def test_minimal_recipe_fills_defaults(tmp_path):
+    loaded = load_recipe(base_recipe(tmp_path))
+    r = loaded.recipe
+    assert r.train.padding == "dynamic" and r.model.max_length == 128
+    assert r.data.train == str((tmp_path / "train.csv").resolve())
+    assert loaded.options.text_column == "text"
+
+
+def test_misspelt_key_gets_did_you_mean(tmp_path):
+    path = base_recipe(tmp_path)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, ["train.learnign_rate=1e-4"])
+    assert problems(info.value) == {"train.learnign_rate": "unknown key (did you mean 'learning_rate'?)"}
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    path = base_recipe(tmp_path)
+    path.write_text(
+        path.read_text(encoding="utf-8")
+        + '[train]\nepochs = "three"\nprecision = "fp8"\nbatch_size = 0\n[options]\ntxt_column = "x"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    found = problems(info.value)
+    assert set(found) == {"train.epochs", "train.precision", "train.batch_size", "options.txt_column"}
+    assert "'auto', 'fp32', 'bf16' or 'fp16'" in found["train.precision"]
+    assert "did you mean 'text_column'" in found["options.txt_column"]
+    assert "4 problems" in info.value.render().splitlines()[0]
+
+
+def test_unknown_task_suggests_the_close_one(tmp_path):
+    path = base_recipe(tmp_path)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, ["task=clss"])
+    assert "did you mean 'cls'" in problems(info.value)["task"]
+
+
+def test_missing_data_file_names_the_key(tmp_path):
+    path = base_recipe(tmp_path)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, ["data.validation=nope.csv"])
+    assert problems(info.value)["data.validation"].startswith("file not found: ")
+
+
+def test_model_needs_exactly_one_source(tmp_path):
+    path = base_recipe(tmp_path)
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, ["model.name_or_path=bert-base-chinese"])
+    assert "exactly one of model.name_or_path" in problems(info.value)["model"]
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('task = "cls"\n[train\n', encoding="utf-8")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    assert "line 2" in info.value.render()
+
+
+def test_missing_recipe_file_says_where_recipes_are(tmp_path):
+    with pytest.raises(NlptasksError) as info:
+        load_recipe(tmp_path / "nope.toml")
+    assert "recipes/cls.toml" in info.value.render()
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ("train.learning_rate=3e-5", (["train", "learning_rate"], 3e-5)),
+        ("train.group_by_length=true", (["train", "group_by_length"], True)),
+        ('options.labels=["a", "b"]', (["options", "labels"], ["a", "b"])),
+        ("output.run_name=my-run", (["output", "run_name"], "my-run")),
+        ('output.run_name="007"', (["output", "run_name"], "007")),
+    ],
+)
+def test_override_values_are_toml(item, expected):
+    assert parse_override(item) == expected
+
+
+def test_override_without_equals_is_an_error():
+    with pytest.raises(RecipeError, match="expected KEY=VALUE"):
+        parse_override("train.epochs")
+
+
+def test_override_paths_are_relative_to_cwd(tmp_path, monkeypatch):
+    path = base_recipe(tmp_path)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "v.csv").write_text("text,label\n好,a\n", encoding="utf-8")
+    monkeypatch.chdir(other)
+    loaded = load_recipe(path, ["data.validation=v.csv"])
+    assert loaded.recipe.data.validation == str((other / "v.csv").resolve())
+    assert loaded.recipe.data.train == str((tmp_path / "train.csv").resolve())
+
+
+def test_split_ratio_conflicts_with_a_file(tmp_path):
+    path = base_recipe(tmp_path)
+    (tmp_path / "v.csv").write_text("text,label\n好,a\n", encoding="utf-8")
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path, [f"data.validation={tmp_path / 'v.csv'}", "data.split.validation=0.2"])
+    assert "data.split.validation cannot also be set" in info.value.render()
+
+
+def test_resolved_recipe_round_trips_through_toml(tmp_path):
+    loaded = load_recipe(RECIPES / "cls.toml", ["options.labels=['正面', '负面']"])
+    text = dump_toml(loaded.resolved(), header="resolved")
+    again = tomllib.loads(text)
+    expected = json.loads(json.dumps(loaded.resolved()))
+
+    def strip_none(d):
+        return {k: strip_none(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+
+    assert again == strip_none(expected)
+    # and the saved recipe validates again
+    saved = tmp_path / "recipe.toml"
+    saved.write_text(text, encoding="utf-8")
+    assert load_recipe(saved).recipe == loaded.recipe
+
+
+def test_schema_covers_task_options():
+    from nlptasks.plugins import get_host
+
+    schema = recipe_json_schema(get_host().tasks)
+    assert schema["properties"]["task"]["enum"] == sorted(get_host().tasks)
+    assert "options_cls" in schema["$defs"]
+    assert schema["$defs"]["options_cls"]["properties"]["text_column"]["description"]
+    train = schema["$defs"]["TrainConfig"]["properties"]
+    assert set(train["precision"]["enum"]) == {"auto", "fp32", "bf16", "fp16"}
+    assert all(prop.get("description") for prop in train.values())
+
+
+def test_readme_recipe_example_is_a_shipped_recipe():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "nlptasks run recipes/cls.toml" in readme
