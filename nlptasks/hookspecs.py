@@ -14,7 +14,7 @@ the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
     8  nlptasks_data_collator(ctx)         -> collator, first result wins
        nlptasks_trainer(ctx, model, args, data, data_collator, compute_metrics) -> Trainer
     9  nlptasks_train(ctx, trainer, data)  -> metrics, first result wins
-    10 nlptasks_load_predictor(run_dir, manifest) -> predictor (``nlptasks infer``)
+    10 nlptasks_load_predictor(run_dir, manifest) -> predictor (for nlptasks infer)
 
 Calling conventions
 -------------------
@@ -22,7 +22,7 @@ Calling conventions
 ``trylast`` adjust the order) until one returns something other than ``None``.  The engine's own
 generic implementations are registered as ``trylast`` defaults, so any plugin overrides them just
 by returning a value.  *all run*: every implementation is called and the results are collected.
-Every hook *may wrap*: an implementation declared with ``@hookimpl(wrapper=True)`` is a generator
+Every pipeline step (1 to 10) *may wrap*: an implementation declared with ``@hookimpl(wrapper=True)`` is a generator
 that runs code before and after the step, sees (and may replace) its result, and is how
 cross-cutting plugins (loggers, timers) work.
 

@@ -130,7 +130,7 @@ class Host:
             self.pm.unregister(plugin)
             raise PluginError(
                 f"plugin {plugin_name!r}: {exc}",
-                hint="Hook names are listed in nlptasks/hookspecs.py and by `nlptasks plugins --hooks`.",
+                hint="Hook names are listed in docs/hooks.md (and nlptasks/hookspecs.py).",
             ) from None
         self._dists[plugin_name] = dist or _module_dist(plugin)
         if self.tasks:  # host already built: collect this plugin's tasks now

@@ -6,8 +6,8 @@ reports **every** problem at once, each with its key path (``train.learning_rate
 Unknown keys get a did-you-mean; allowed values come from the field types; the task's
 ``[options]`` table is validated by the model the task plugin registered.
 
-Relative paths in a recipe are relative to the recipe file; paths given with ``--set`` are
-relative to the current directory.
+Relative data paths and a local ``model.name_or_path`` are relative to the recipe file;
+``output.dir`` and paths given with ``--set`` are relative to the current directory.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ __all__ = [
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
 
 
 class SplitConfig(Section):
@@ -216,7 +216,9 @@ class TrainConfig(Section):
 class OutputConfig(Section):
     """Where the run goes: ``<dir>/<task>/<run_name>/``."""
 
-    dir: str = Field("runs", description="Folder that holds runs, as <dir>/<task>/<run_name>.")
+    dir: str = Field(
+        "runs", description="Folder that holds runs, as <dir>/<task>/<run_name>; relative to the current directory."
+    )
     run_name: str | None = Field(None, description="Name of this run (default: date and time).")
     keep_checkpoints: bool = Field(False, description="Keep intermediate checkpoints after training.")
     overwrite: bool = Field(False, description="Replace an existing run of the same name.")
@@ -228,10 +230,10 @@ class Recipe(Section):
     task: str = Field(description="The task to run, e.g. 'cls' (see `nlptasks plugins`).")
     description: str = Field("", description="Free text: what this recipe is for.")
     seed: int = Field(42, description="Seed for Python, NumPy, torch and the Trainer.")
-    data: DataConfig = Field(description="The [data] table.")
-    model: ModelConfig = Field(description="The [model] table.")
-    train: TrainConfig = Field(default_factory=TrainConfig, description="The [train] table.")
-    output: OutputConfig = Field(default_factory=OutputConfig, description="The [output] table.")
+    data: DataConfig = Field(description="Where the data comes from (see [data]).")
+    model: ModelConfig = Field(description="The model: pretrained or from scratch (see [model]).")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="Training settings (see [train]).")
+    output: OutputConfig = Field(default_factory=OutputConfig, description="Where the run is saved (see [output]).")
     options: dict[str, Any] = Field(
         default_factory=dict, description="Task options, validated by the task's plugin."
     )

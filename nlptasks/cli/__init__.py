@@ -18,9 +18,9 @@ from typing import Any
 
 EXAMPLES = """\
 examples:
-  nlptasks run recipes/cls.toml                      train the quickstart (about 2 minutes on CPU)
+  nlptasks run recipes/cls.toml                      train the quickstart (under a minute on CPU) 
   nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
-  nlptasks infer --task cls "这家酒店服务很好"          label a text with the latest cls run
+  nlptasks infer --task cls "服务很好"                label a text with the latest cls run
   nlptasks validate recipes/cls.toml                 check a recipe without running it
   nlptasks plugins                                   list plugins, tasks and hooks
 """

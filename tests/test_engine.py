@@ -1,0 +1,103 @@
+"""Engine parts on their own: file readers, stratified splits, from-scratch tokenizers, metrics."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from conftest import shared, write_csv
+from nlptasks.engine.data import read_rows, stratified_indices
+from nlptasks.errors import DataError
+from nlptasks.recipe import ScratchConfig
+
+
+def test_csv_keeps_values_as_written_and_handles_quotes(tmp_path):
+    path = write_csv(tmp_path / "a.csv", [('他说"好",很好', "0"), ("x,y", "1")])
+    rows = read_rows(path, "csv")
+    assert rows == [{"text": '他说"好",很好', "label": "0"}, {"text": "x,y", "label": "1"}]
+
+
+def test_csv_with_an_extra_field_names_the_row(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("text,label\n好,1\n好,坏,1\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"a\.csv:2: 3 fields, the header has 2"):
+        read_rows(path, "csv")
+
+
+def test_json_list_and_jsonl(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps([{"text": "a", "label": 1}]), encoding="utf-8")
+    assert read_rows(tmp_path / "a.json", "json") == [{"text": "a", "label": 1}]
+    (tmp_path / "a.jsonl").write_text('{"text": "a"}\n\n[1]\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"a\.jsonl:3: each line must be a JSON object"):
+        read_rows(tmp_path / "a.jsonl", "jsonl")
+
+
+def test_the_real_dirty_file_loads_with_its_empty_row():
+    rows = read_rows(shared("chnsenticorp") / "dirty.csv", "csv")
+    assert len(rows) == 20
+    assert sum(1 for r in rows if not r["text"].strip()) == 1
+    assert '"' in rows[0]["text"]
+
+
+def test_stratified_split_keeps_class_proportions_and_is_deterministic():
+    labels = ["a"] * 700 + ["b"] * 300
+    parts = stratified_indices(labels, len(labels), {"validation": 0.1, "test": 0.1}, seed=1)
+    assert parts == stratified_indices(labels, len(labels), {"validation": 0.1, "test": 0.1}, seed=1)
+    assert parts != stratified_indices(labels, len(labels), {"validation": 0.1, "test": 0.1}, seed=2)
+    assert Counter(labels[i] for i in parts["validation"]) == {"a": 70, "b": 30}
+    assert Counter(labels[i] for i in parts["test"]) == {"a": 70, "b": 30}
+    together = sorted(parts["train"] + parts["validation"] + parts["test"])
+    assert together == list(range(1000))
+
+
+def test_datasets_folder_loads(tmp_path):
+    from datasets import Dataset
+
+    from nlptasks.engine.data import load_file
+
+    Dataset.from_dict({"text": ["a", "b"], "label": ["x", "y"]}).save_to_disk(str(tmp_path / "ds"))
+    assert load_file(str(tmp_path / "ds")).column_names == ["text", "label"]
+
+
+@pytest.mark.parametrize("kind", ["char", "wordpiece", "bpe"])
+def test_scratch_tokenizers_round_trip_through_save_and_auto_tokenizer(tmp_path, kind):
+    import csv
+
+    from transformers import AutoTokenizer
+
+    from nlptasks.engine.tokenization import build_tokenizer
+
+    with (shared("chnsenticorp") / "train.csv").open(encoding="utf-8") as fh:
+        texts = [row["text"] for row in csv.DictReader(fh)][:1500]
+    tok = build_tokenizer(texts, ScratchConfig(tokenizer=kind, vocab_size=3000), 64)
+    assert 100 < len(tok) <= 3000
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    sample = "这家酒店服务很好，房间也干净"
+    assert again(sample)["input_ids"] == tok(sample)["input_ids"]
+    ids = tok(sample)["input_ids"]
+    assert ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    assert tok.unk_token_id not in ids
+    pair = tok("好", "坏")
+    assert pair["token_type_ids"][-1] == 1
+
+
+def test_char_vocabulary_is_exactly_the_characters_seen_often_enough():
+    from nlptasks.engine.tokenization import SPECIALS, build_tokenizer
+
+    tok = build_tokenizer(["好好 坏", "好坏 差"], ScratchConfig(tokenizer="char", min_frequency=2), 16)
+    assert set(tok.get_vocab()) == {*SPECIALS, "好", "坏"}
+    assert tok.convert_ids_to_tokens(tok("好差")["input_ids"]) == ["[CLS]", "好", "[UNK]", "[SEP]"]
+
+
+def test_classification_report():
+    from nlptasks.metrics import classification_report
+
+    report = classification_report([0, 1, 1, 0], [0, 1, 0, 0], ["neg", "pos"])
+    assert report["accuracy"] == 0.75
+    assert report["precision/pos"] == 0.5 and report["recall/pos"] == 1.0
+    assert report["f1/neg"] == pytest.approx(0.8)
+    assert report["f1_macro"] == pytest.approx((0.8 + 2 / 3) / 2)
+    assert report["support/neg"] == 3
