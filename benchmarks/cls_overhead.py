@@ -7,8 +7,14 @@ Runs, one after the other and each as a subprocess (so each pays its own imports
 
 then prints validation accuracy of each and the gap in points (the target: within 1 point),
 training throughput (samples/s, as the Trainer reports it) and the ratio nlptasks/plain, and the
-end-to-end wall time of each process. Exits with status 1 when the accuracy gap exceeds
+end-to-end wall and CPU time of each process. Exits with status 1 when the accuracy gap exceeds
 ``--max-gap`` points.
+
+Both sides draw the same initial classifier head and the same batch order from the same seed, so
+on the same machine their accuracies normally agree exactly; the throughput ratio is the number
+to watch. Timings on a machine shared with other work are noisy: use ``--repeat 3`` (sides
+alternate which goes first; the best timing of each side is reported, every run is in the JSON)
+and look at the load average row.
 
 The plain script's settings are taken from the resolved recipe (seed, batch sizes, learning rate,
 warmup, weight decay, scheduler, sampler, padding, max length, epochs, train rows), so the two
@@ -17,7 +23,7 @@ with ``--set`` (the shipped recipe already has them off): evaluation during trai
 (``train.eval_strategy=no``), mixed precision (``train.precision=fp32``) and gradient
 accumulation (``train.gradient_accumulation_steps=1``).
 
-Example (about 4 minutes on 2 CPU cores):
+Example (about 5 minutes on 2 otherwise idle CPU cores):
     python benchmarks/cls_overhead.py --json sst2-overhead.json
 """
 
@@ -53,6 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work-dir", type=Path, help="where runs and logs go (default: a new temporary folder)")
     p.add_argument("--max-gap", type=float, default=1.0, help="largest accepted accuracy gap in points (default 1)")
     p.add_argument(
+        "--repeat", type=int, default=1, help="run each side N times, alternating which goes first; "
+        "timings are the best of N, accuracies must agree (default 1)"
+    )
+    p.add_argument(
         "--order", choices=["plain-first", "nlptasks-first"], default="plain-first", help="which side runs first"
     )
     return p.parse_args(argv)
@@ -71,12 +81,11 @@ def nlptasks_overrides(args: argparse.Namespace, model: str, runs: Path) -> list
         "train.precision=\"fp32\"",
         "train.gradient_accumulation_steps=1",
         f"output.dir={json.dumps(str(runs))}",
-        "output.run_name=\"overhead\"",
         "output.overwrite=true",
     ]
 
 
-def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path) -> list[str]:
+def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path, out: Path) -> list[str]:
     """plain_cls.py with every setting taken from the resolved recipe."""
     r = recipe.recipe
     t = r.train
@@ -106,7 +115,7 @@ def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path)
         "--seed", str(r.seed),
         "--disable-tqdm",
         "--output-dir", str(work / "plain_trainer"),
-        "--out", str(work / "plain.json"),
+        "--out", str(out),
     ]
     if t.group_by_length:
         cmd.append("--group-by-length")
@@ -167,40 +176,42 @@ def main(argv: list[str] | None = None) -> int:
 
     overrides = nlptasks_overrides(args, model, runs)
     recipe = load_recipe(args.recipe, overrides)  # validates the overrides before anything runs
-    plain_cmd = plain_command(recipe, args, model, work)
-    nlp_cmd = [sys.executable, "-m", "nlptasks", "run", str(args.recipe.resolve()), "--no-progress"]
-    for item in overrides:
-        nlp_cmd += ["--set", item]
     env = dict(os.environ)
 
-    sides = ["plain", "nlptasks"] if args.order == "plain-first" else ["nlptasks", "plain"]
-    times: dict[str, dict[str, float]] = {}
-    for side in sides:
-        cmd = plain_cmd if side == "plain" else nlp_cmd
-        times[side] = timed(cmd, work / f"{side}.log", env)
-
-    plain = json.loads((work / "plain.json").read_text(encoding="utf-8"))
-    metrics = json.loads((runs / recipe.task.name / "overhead" / "metrics.json").read_text(encoding="utf-8"))
-    rows = {
-        "plain": {
-            "accuracy_validation": plain["accuracy_validation"],
-            "accuracy_test": plain["accuracy_test"],
-            "train_samples_per_second": plain["train_samples_per_second"],
-            "train_seconds": plain["train_runtime"],
-            "wall_seconds": times["plain"]["wall"],
-            "cpu_seconds": times["plain"]["cpu"],
-            "load_average": [times["plain"]["load_before"], times["plain"]["load_after"]],
-        },
-        "nlptasks": {
-            "accuracy_validation": metrics["validation"]["accuracy"],
-            "accuracy_test": metrics.get("test", {}).get("accuracy"),
-            "train_samples_per_second": metrics["train"]["samples_per_second"],
-            "train_seconds": metrics["train"]["runtime"],
-            "wall_seconds": times["nlptasks"]["wall"],
-            "cpu_seconds": times["nlptasks"]["cpu"],
-            "load_average": [times["nlptasks"]["load_before"], times["nlptasks"]["load_after"]],
-        },
-    }
+    first = ["plain", "nlptasks"] if args.order == "plain-first" else ["nlptasks", "plain"]
+    order: list[str] = []
+    samples: dict[str, list[dict[str, Any]]] = {"plain": [], "nlptasks": []}
+    for rep in range(args.repeat):
+        # Alternate which side goes first, so slow drifts in machine load hit both alike.
+        for side in first if rep % 2 == 0 else first[::-1]:
+            order.append(side)
+            tag = f"{side}-{rep + 1}"
+            if side == "plain":
+                out = work / f"{tag}.json"
+                times = timed(plain_command(recipe, args, model, work, out), work / f"{tag}.log", env)
+                plain = json.loads(out.read_text(encoding="utf-8"))
+                acc_val, acc_test = plain["accuracy_validation"], plain["accuracy_test"]
+                sps, train_s = plain["train_samples_per_second"], plain["train_runtime"]
+            else:
+                cmd = [sys.executable, "-m", "nlptasks", "run", str(args.recipe.resolve()), "--no-progress"]
+                for item in [*overrides, f"output.run_name={json.dumps(tag)}"]:
+                    cmd += ["--set", item]
+                times = timed(cmd, work / f"{tag}.log", env)
+                metrics = json.loads((runs / recipe.task.name / tag / "metrics.json").read_text(encoding="utf-8"))
+                acc_val, acc_test = metrics["validation"]["accuracy"], metrics.get("test", {}).get("accuracy")
+                sps, train_s = metrics["train"]["samples_per_second"], metrics["train"]["runtime"]
+            samples[side].append(
+                {
+                    "accuracy_validation": acc_val,
+                    "accuracy_test": acc_test,
+                    "train_samples_per_second": sps,
+                    "train_seconds": train_s,
+                    "wall_seconds": times["wall"],
+                    "cpu_seconds": times["cpu"],
+                    "load_average": [times["load_before"], times["load_after"]],
+                }
+            )
+    rows = {side: summarize(runs_of_side) for side, runs_of_side in samples.items()}
     p, n = rows["plain"], rows["nlptasks"]
     gap = 100 * (n["accuracy_validation"] - p["accuracy_validation"])
     result = {
@@ -211,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
             "train_rows": recipe.recipe.data.max_train_rows,
             "epochs": recipe.recipe.train.epochs,
             "seed": recipe.recipe.seed,
-            "order": sides,
+            "repeat": args.repeat,
+            "order": order,
             "model": model,
             "recipe": str(args.recipe),
             "overrides": overrides,
-            "plain_command": plain_cmd,
+            "plain_command": plain_command(recipe, args, model, work, work / "plain-N.json"),
         },
         "hardware": {
             "cpus": os.cpu_count(),
@@ -224,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "versions": versions(),
         "results": rows,
+        "runs": samples,
         "accuracy_gap_points": gap,
         "test_accuracy_gap_points": (
             100 * (n["accuracy_test"] - p["accuracy_test"])
@@ -238,7 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         "work_dir": str(work),
     }
     print()
+    best = f", best timings of {args.repeat} runs each" if args.repeat > 1 else ""
+    print(f"SST-2, MiniLM-L6, {result['settings']['train_rows']} train rows, {result['settings']['epochs']:g} epoch(s){best}:")
     print(render_table(result))
+    disagree = [side for side, row in rows.items() if not row["accuracy_agrees_across_runs"]]
+    if disagree:
+        print(f"\nnote: accuracy differed between repeated runs of {', '.join(disagree)}; see \"runs\" in the JSON")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"\nresults written to {args.json}")
@@ -246,6 +264,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nFAIL: validation accuracy gap {gap:+.2f} points exceeds {args.max_gap} points", file=sys.stderr)
         return 1
     return 0
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's row: accuracies of the first run (all runs must agree), the best timings.
+
+    On a shared machine the fastest of several runs is the one least disturbed by other work, so
+    throughput is the highest of the runs and wall and CPU times the lowest.
+    """
+    first = runs[0]
+    return {
+        "accuracy_validation": first["accuracy_validation"],
+        "accuracy_test": first["accuracy_test"],
+        "accuracy_agrees_across_runs": all(
+            r["accuracy_validation"] == first["accuracy_validation"] and r["accuracy_test"] == first["accuracy_test"]
+            for r in runs
+        ),
+        "train_samples_per_second": max(r["train_samples_per_second"] for r in runs),
+        "train_seconds": min(r["train_seconds"] for r in runs),
+        "wall_seconds": min(r["wall_seconds"] for r in runs),
+        "cpu_seconds": min(r["cpu_seconds"] for r in runs),
+        "load_average_range": [
+            min(min(r["load_average"]) for r in runs),
+            max(max(r["load_average"]) for r in runs),
+        ],
+    }
 
 
 def _gpu_name() -> str | None:
@@ -265,7 +308,8 @@ def render_table(result: dict[str, Any]) -> str:
         return "-" if v is None else f"{v:.4f}"
 
     def load(side: dict[str, Any]) -> str:
-        return " / ".join(f"{v:.2f}" for v in side["load_average"])
+        low, high = side["load_average_range"]
+        return f"{low:.1f} to {high:.1f}"
 
     test_gap = result["test_accuracy_gap_points"]
     lines = [
@@ -282,7 +326,7 @@ def render_table(result: dict[str, Any]) -> str:
         f"| x{result['wall_ratio']:.3f} |",
         f"| end-to-end CPU time (process) | {p['cpu_seconds']:.1f} s | {n['cpu_seconds']:.1f} s "
         f"| x{result['cpu_ratio']:.3f} |",
-        f"| 1-min load average, start / end | {load(p)} | {load(n)} | |",
+        f"| 1-min load average at run starts/ends | {load(p)} | {load(n)} | |",
     ]
     return "\n".join(lines)
 

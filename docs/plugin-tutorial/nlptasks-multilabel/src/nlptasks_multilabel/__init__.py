@@ -95,7 +95,8 @@ def parse_labels(value: Any, separator: str) -> list[str]:
 
 @hookimpl
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
-    from datasets import Dataset, DatasetDict, Sequence, Value
+    import numpy as np
+    from datasets import Dataset, DatasetDict
 
     from nlptasks.engine import get_tokenizer
 
@@ -155,22 +156,15 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     out = DatasetDict()
     for split, rows in parsed.items():
         enc = tokenizer([text for _, text, _ in rows], truncation=True, max_length=max_length, padding=pad)
-        table = {key: list(values) for key, values in enc.items()}
-        multi_hot = []
-        for _, _, row_labels in rows:
-            vector = [0.0] * len(labels)
-            for label in row_labels:
-                vector[index[label]] = 1.0
-            multi_hot.append(vector)
-        table["labels"] = multi_hot
-        ds = Dataset.from_dict(table)
-        out[split] = ds.cast_column("labels", Sequence(Value("float32")))  # BCE wants float32
-        counts = [int(sum(v[i] for v in multi_hot)) for i in range(len(labels))]
-        none = sum(1 for v in multi_hot if not any(v))
-        ctx.log.info(
-            "%s labels: %s; %d row(s) without a label",
-            split, ", ".join(f"{name} {n}" for name, n in zip(labels, counts, strict=True)), none,
-        )
+        # Multi-hot targets: row i, column j is 1.0 when text i has label j.  float32, because the
+        # model's loss (binary cross-entropy) wants float targets of the logits' dtype.
+        multi_hot = np.zeros((len(rows), len(labels)), dtype=np.float32)
+        for i, (_, _, row_labels) in enumerate(rows):
+            multi_hot[i, [index[label] for label in row_labels]] = 1.0
+        out[split] = Dataset.from_dict({**enc, "labels": multi_hot})
+        counts = ", ".join(f"{name} {int(n)}" for name, n in zip(labels, multi_hot.sum(axis=0), strict=True))
+        none = int((multi_hot.sum(axis=1) == 0).sum())
+        ctx.log.info("%s labels: %s; %d row(s) without a label", split, counts, none)
     ctx.manifest["text_column"] = opts.text_column
     ctx.manifest["threshold"] = opts.threshold
     return out
