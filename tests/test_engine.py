@@ -101,3 +101,18 @@ def test_classification_report():
     assert report["f1/neg"] == pytest.approx(0.8)
     assert report["f1_macro"] == pytest.approx((0.8 + 2 / 3) / 2)
     assert report["support/neg"] == 3
+
+
+def test_trainer_logs_become_readable_lines():
+    from nlptasks.engine.training import describe_log
+
+    assert (
+        describe_log({"loss": 0.66, "grad_norm": 0.78, "learning_rate": 0.0003276, "epoch": 0.2128}, 20, 282)
+        == "step 20/282 (epoch 0.21): loss 0.6600, learning_rate 3.3e-04"
+    )
+    evaluation = {"eval_loss": 0.41, "eval_accuracy": 0.8273, "eval_f1/0": 0.7, "eval_runtime": 1.2, "epoch": 2.0}
+    assert describe_log(evaluation, 100, 282) == "validation (epoch 2): loss 0.4100, accuracy 0.8273"
+    assert describe_log({"test_loss": 0.5, "test_accuracy": 0.8}, 282, 282) == "test: loss 0.5000, accuracy 0.8000"
+    done = {"train_runtime": 58.2, "train_samples_per_second": 156.3, "train_loss": 0.5, "epoch": 3.0}
+    assert describe_log(done, 282, 282) == "training done: 58 s, 156.3 samples/s"
+    assert describe_log({"total_flos": 1.0, "epoch": 1.0}, 1, 2) is None

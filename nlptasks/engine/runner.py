@@ -13,12 +13,13 @@ A run directory ``<output.dir>/<task>/<run_name>/`` holds::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import platform
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,35 @@ def run(
     hooks = host.hooks_for(loaded.task)
     ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
 
+    with _library_progress_bars(progress):
+        metrics, trainer = _steps(ctx, hooks, loaded, progress)
+        seconds = time.perf_counter() - started
+        save_run(ctx, host, trainer, metrics, seconds, loaded)
+    return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds)
+
+
+@contextlib.contextmanager
+def _library_progress_bars(enabled: bool) -> Iterator[None]:
+    """Show or hide the library bars (datasets' tokenizing, transformers' saving) for the run."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    switches = [
+        (datasets.is_progress_bar_enabled(), datasets.enable_progress_bars, datasets.disable_progress_bars),
+        (hf_logging.is_progress_bar_enabled(), hf_logging.enable_progress_bar, hf_logging.disable_progress_bar),
+    ]
+    for _, enable, disable in switches:
+        (enable if enabled else disable)()
+    try:
+        yield
+    finally:
+        for was, enable, disable in switches:
+            (enable if was else disable)()
+
+
+def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any]:
+    """Steps 1 to 9; returns the metrics and the trainer (whose model is saved)."""
+    output_dir = ctx.output_dir
     hooks.nlptasks_setup(ctx=ctx)  # 1
     (output_dir / "recipe.toml").write_text(
         dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml"),
@@ -90,7 +120,7 @@ def run(
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
     compute_metrics = hooks.nlptasks_metrics(ctx=ctx)  # 6
 
-    from nlptasks.engine.training import training_kwargs
+    from nlptasks.engine.training import training_kwargs, use_readable_logs
 
     has_validation = "validation" in data and len(data["validation"]) > 0
     kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
@@ -99,11 +129,9 @@ def run(
     trainer = hooks.nlptasks_trainer(
         ctx=ctx, model=model, args=args, data=data, data_collator=collator, compute_metrics=compute_metrics
     )
+    use_readable_logs(trainer, ctx, progress)
     metrics = hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data)  # 9
-
-    seconds = time.perf_counter() - started
-    save_run(ctx, host, trainer, metrics, seconds, loaded)
-    return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds)
+    return metrics, trainer
 
 
 def save_run(

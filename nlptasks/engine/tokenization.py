@@ -154,7 +154,7 @@ def check_tokenizer(tokenizer: Any, expected_size: int, sample: list[str]) -> fl
         )
     unk = tokenizer.unk_token_id
     total = unknown = 0
-    for ids in tokenizer(sample, add_special_tokens=False)["input_ids"]:
+    for ids in tokenizer(sample, add_special_tokens=False, verbose=False)["input_ids"]:
         total += len(ids)
         unknown += sum(1 for i in ids if i == unk)
     rate = unknown / total if total else 0.0

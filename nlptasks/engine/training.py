@@ -100,6 +100,76 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
         raise NlptasksError(f"train: transformers rejected the training arguments: {exc}") from None
 
 
+_SKIP_IN_LOG = {"total_flos", "epoch", "grad_norm"}
+_RATE_KEYS = ("runtime", "samples_per_second", "steps_per_second")
+
+
+def describe_log(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
+    """One readable line for a Trainer log entry (instead of the raw dict it prints).
+
+    Training entries become ``step 20/282 (epoch 0.21): loss 0.6600, learning_rate 3.3e-04``;
+    evaluation entries ``validation (epoch 2): loss 0.4120, accuracy 0.8273``.  Per-class values
+    (keys with a ``/``) and timings are left out: they are in the final table and metrics.json.
+    """
+    epoch = logs.get("epoch")
+    where = f" (epoch {round(epoch, 2):g})" if isinstance(epoch, (int, float)) else ""
+    for prefix, name in (("eval_", "validation"), ("test_", "test")):
+        if any(k.startswith(prefix) for k in logs):
+            values = {k[len(prefix):]: v for k, v in logs.items() if k.startswith(prefix)}
+            shown = [
+                f"{k} {_fmt(v)}" for k, v in values.items()
+                if "/" not in k and not k.endswith(_RATE_KEYS) and isinstance(v, (int, float))
+            ]
+            return f"{name}{where}: " + ", ".join(shown)
+    if "train_runtime" in logs:
+        return f"training done: {logs['train_runtime']:.0f} s, {logs.get('train_samples_per_second', 0):.1f} samples/s"
+    shown = [f"{k} {_fmt(v)}" for k, v in logs.items() if k not in _SKIP_IN_LOG and isinstance(v, (int, float))]
+    if not shown:
+        return None
+    return f"step {step}/{max_steps}{where}: " + ", ".join(shown)
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1):
+        return str(int(value))
+    return f"{value:.4f}" if abs(value) >= 1e-3 else f"{value:.1e}"
+
+
+def use_readable_logs(trainer: Any, ctx: RunContext, progress: bool) -> None:
+    """Replace the Trainer's raw-dict log printers with :func:`describe_log` lines on stderr.
+
+    With progress bars the lines are written above the bar (``tqdm.write``); without, they go to
+    the ``nlptasks`` logger.  Either way stdout stays free for the final table.
+    """
+    import sys
+
+    from transformers import PrinterCallback, ProgressCallback, TrainerCallback
+
+    def emit(line: str, bar: Any = None) -> None:
+        if bar is not None:
+            bar.write(f"nlptasks: {line}", file=sys.stderr)
+        else:
+            ctx.log.info("%s", line)
+
+    class ReadableProgress(ProgressCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if state.is_world_process_zero and logs:
+                line = describe_log(logs, state.global_step, state.max_steps)
+                if line:
+                    emit(line, self.training_bar)
+
+    class ReadableLog(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if state.is_world_process_zero and logs:
+                line = describe_log(logs, state.global_step, state.max_steps)
+                if line:
+                    emit(line)
+
+    for printer in (PrinterCallback, ProgressCallback):
+        if trainer.pop_callback(printer) is not None:
+            trainer.add_callback(ReadableProgress() if progress else ReadableLog())
+
+
 def _strip(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
     out = {}
     for k, v in metrics.items():
