@@ -33,7 +33,8 @@ class TaskSpec:
     :param options: pydantic model that validates the recipe's ``[options]`` table (forbid
         unknown keys and describe every field: the messages and ``nlptasks schema`` come from it).
     :param best_metric: the metric (a key of step 6's result, or ``"loss"``) that picks the best
-        checkpoint.
+        checkpoint; or, when it depends on the options, a function of the validated options that
+        returns it (e.g. accuracy for classes, Spearman for scores).
     :param greater_is_better: whether a higher ``best_metric`` is better.
     :param stratify_by: given the validated options, the column to stratify random splits on
         (``None``: plain random splits).
@@ -42,10 +43,21 @@ class TaskSpec:
     name: str
     description: str
     options: type[BaseModel] = NoOptions
-    best_metric: str = "loss"
+    best_metric: str | Callable[[Any], str] = "loss"
     greater_is_better: bool = False
     stratify_by: Callable[[Any], str | None] | None = None
     plugin: str = ""  # filled in by the host: the plugin that registered the task
+
+    def best_metric_for(self, options: Any) -> str:
+        """The checkpoint-picking metric for a run with these validated ``options``."""
+        return self.best_metric(options) if callable(self.best_metric) else self.best_metric
+
+    def best_metric_text(self) -> str:
+        """``best_metric`` for listings: the name, or a note that the options decide it."""
+        if callable(self.best_metric):
+            doc = (self.best_metric.__doc__ or "").strip().splitlines()
+            return doc[0] if doc else "depends on the task options"
+        return self.best_metric
 
 
 @runtime_checkable

@@ -120,8 +120,10 @@ def nlptasks_load_data(ctx: RunContext) -> DatasetDict | None:
         ``test`` the recipe names (*first result wins*).  Record where each split came from in
         ``ctx.sources[split]`` so errors can name the file.  The engine's default reads csv,
         json/jsonl, a ``save_to_disk`` folder, or a hub dataset id (``data.hub``), and applies
-        ``data.max_train_rows`` / ``data.max_eval_rows``.  A task plugin overrides it to read a
-        format of its own (e.g. CoNLL files).
+        ``data.max_train_rows`` / ``data.max_eval_rows``.  It adds a ``__row__`` column: each row's
+        number in its file (1-based, header excluded), which survives the split, so errors in
+        later steps can name the file row.  A task plugin overrides it to read a format of its
+        own (e.g. CoNLL files).
     """
 
 

@@ -37,3 +37,36 @@ def classification_report(predictions: Any, references: Any, labels: Sequence[st
     out["precision_macro"] = sum(precisions) / n
     out["recall_macro"] = sum(recalls) / n
     return out
+
+
+def _ranks(values: Any) -> Any:
+    """Ranks from 1, ties sharing their average rank (as Spearman's coefficient needs)."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype=np.float64)
+    sorted_values = values[order]
+    start = 0
+    while start < len(values):
+        end = start
+        while end + 1 < len(values) and sorted_values[end + 1] == sorted_values[start]:
+            end += 1
+        ranks[order[start : end + 1]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+def correlations(predictions: Any, references: Any) -> dict[str, float]:
+    """``pearson`` and ``spearman`` correlation of predicted and gold scores (0.0 when undefined)."""
+    import numpy as np
+
+    pred = np.asarray(predictions, dtype=np.float64).reshape(-1)
+    ref = np.asarray(references, dtype=np.float64).reshape(-1)
+
+    def pearson(x: Any, y: Any) -> float:
+        if len(x) < 2 or x.std() == 0 or y.std() == 0:
+            return 0.0
+        return float(np.corrcoef(x, y)[0, 1])
+
+    return {"pearson": pearson(pred, ref), "spearman": pearson(_ranks(pred), _ranks(ref))}

@@ -496,7 +496,7 @@ def gen_recipes() -> str:
         out += [
             f"{inline(spec.description)}",
             "",
-            f"Plugin `{spec.plugin}`; best checkpoint picked on `{spec.best_metric}` ({better}).",
+            f"Plugin `{spec.plugin}`; best checkpoint picked on `{spec.best_metric_text()}` ({better}).",
             "",
         ]
         doc = inspect.cleandoc(options.__doc__ or "")

@@ -21,6 +21,7 @@ examples:
   nlptasks run recipes/cls.toml                      train the quickstart (under a minute on CPU) 
   nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
   nlptasks infer --task cls "服务很好"                label a text with the latest cls run
+  nlptasks infer --task pair "怎么退款" "如何申请退款"  score a sentence pair
   nlptasks validate recipes/cls.toml                 check a recipe without running it
   nlptasks plugins                                   list plugins, tasks and hooks
 """
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", type=Path, help="inputs from a .txt (one per line), .csv or .jsonl file")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are (default: ./runs)")
     p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default: 32)")
+    p.add_argument("--candidates", type=Path, metavar="FILE",
+                   help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
+                        "whose predictor can rank (pair in bi-encoder mode)")
+    p.add_argument("--top-k", type=int, default=5, metavar="K", help="with --candidates: best K per input (default: 5)")
     p.set_defaults(func=cmd_infer)
 
     p = sub.add_parser("plugins", help="list installed plugins, their tasks and hooks",
@@ -76,10 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (it may have been replaced since)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging(quiet: bool) -> None:
     logger = logging.getLogger("nlptasks")
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("nlptasks: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
@@ -193,23 +210,28 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def read_input_file(path: Path) -> list[Any]:
+    """Rows of a .csv/.tsv/.json/.jsonl file as dicts, or the non-empty lines of any other file."""
+    from nlptasks.errors import DataError
+
+    if not path.exists():
+        raise DataError("file not found", path=str(path))
+    if path.suffix.lower() in {".csv", ".jsonl", ".json", ".tsv"}:
+        from nlptasks.engine.data import detect_format, read_rows
+
+        return read_rows(path, detect_format(path))
+    return [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def read_inputs(args: argparse.Namespace) -> list[Any]:
-    from nlptasks.errors import DataError, NlptasksError
+    from nlptasks.errors import NlptasksError
 
     if args.texts and args.file:
         raise NlptasksError("give texts as arguments or --file, not both")
     if args.texts:
         return list(args.texts)
     if args.file:
-        path: Path = args.file
-        if not path.exists():
-            raise DataError("file not found", path=str(path))
-        suffix = path.suffix.lower()
-        if suffix in {".csv", ".jsonl", ".json", ".tsv"}:
-            from nlptasks.engine.data import detect_format, read_rows
-
-            return read_rows(path, detect_format(path))
-        return [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return read_input_file(args.file)
     if not sys.stdin.isatty():
         return [line.rstrip("\n") for line in sys.stdin if line.strip()]
     raise NlptasksError(
@@ -245,7 +267,20 @@ def cmd_infer(args: argparse.Namespace) -> int:
     predictor = load_predictor(run_dir)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
-    for result in predictor(inputs):
+    if args.candidates is not None:
+        rank = getattr(predictor, "rank", None)
+        if rank is None:
+            task = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8")).get("task", "?")
+            raise NlptasksError(
+                f"--candidates: the {task!r} run in {run_dir} cannot rank candidates",
+                hint="Ranking needs a predictor with rank(), e.g. a pair run trained with options.mode = \"bi\".",
+            )
+        if args.top_k < 1:
+            raise NlptasksError("--top-k must be at least 1")
+        results = rank(inputs, read_input_file(args.candidates), args.top_k)
+    else:
+        results = predictor(inputs)
+    for result in results:
         print(json.dumps(result, ensure_ascii=False))
     return 0
 
@@ -259,7 +294,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         payload = {
             "plugins": [info.__dict__ for info in infos],
             "tasks": {
-                name: {"plugin": spec.plugin, "description": spec.description, "best_metric": spec.best_metric}
+                name: {"plugin": spec.plugin, "description": spec.description, "best_metric": spec.best_metric_text()}
                 for name, spec in sorted(host.tasks.items())
             },
             "failures": [f.__dict__ for f in host.failures],

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from nlptasks.context import RunContext
 
 SPLITS = ("train", "validation", "test")
+ROW_COLUMN = "__row__"
+"""Column that default step 2 adds: each row's number in its file (1-based, header excluded), kept
+through the split so that a plugin's error can name the file row even for a carved-out split."""
 _EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
@@ -126,7 +129,10 @@ def load_file(path: str, declared_format: str = "auto") -> Dataset:
 
 
 def load_data(ctx: RunContext) -> DatasetDict:
-    """Default step 2: local files or a hub dataset, cut to ``max_train_rows``/``max_eval_rows``."""
+    """Default step 2: local files or a hub dataset, cut to ``max_train_rows``/``max_eval_rows``.
+
+    Every split gets a ``__row__`` column (:data:`ROW_COLUMN`): the row's number in its source.
+    """
     from datasets import DatasetDict
 
     cfg = ctx.recipe.data
@@ -142,6 +148,8 @@ def load_data(ctx: RunContext) -> DatasetDict:
                 data[split] = load_file(path, cfg.format)
                 ctx.sources[split] = path
     for split in list(data):
+        if ROW_COLUMN not in data[split].column_names:
+            data[split] = data[split].add_column(ROW_COLUMN, list(range(1, len(data[split]) + 1)))
         limit = cfg.max_train_rows if split == "train" else cfg.max_eval_rows
         if limit is not None and len(data[split]) > limit:
             data[split] = data[split].select(range(limit))

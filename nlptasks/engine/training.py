@@ -32,8 +32,9 @@ def resolve_precision(precision: str) -> str:
 def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, progress: bool = True) -> dict[str, Any]:
     """The keyword arguments for ``TrainingArguments`` derived from ``[train]`` (step 7's input)."""
     t = ctx.recipe.train
-    best = t.best_metric or ctx.task.best_metric
-    if best == ctx.task.best_metric:
+    task_best = ctx.task.best_metric_for(ctx.options)
+    best = t.best_metric or task_best
+    if best == task_best:
         greater = ctx.task.greater_is_better
     else:
         greater = not best.endswith("loss")

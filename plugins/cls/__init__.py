@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks import DataError, RunContext, TaskSpec, hookimpl
+from nlptasks.engine.data import ROW_COLUMN
 
 
 class ClsOptions(BaseModel):
@@ -86,6 +87,8 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     cleaned = {}
     for split, ds in data.items():
         texts, labels = ds[opts.text_column], ds[opts.label_column]
+        if ROW_COLUMN not in ds.column_names:  # data from a plugin's own step 2
+            ds = ds.add_column(ROW_COLUMN, list(range(1, len(ds) + 1)))
         keep, empty_text, empty_label = [], 0, 0
         for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
             if text is None or not str(text).strip():
@@ -99,7 +102,6 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         cleaned[split] = ds.select(keep) if len(keep) < len(ds) else ds
         if not keep:
             raise DataError("no rows left after dropping empty ones", path=ctx.sources.get(split, split))
-        cleaned[split] = cleaned[split].add_column("__row__", [i + 1 for i in keep])
     data = DatasetDict(cleaned)
 
     # The label set comes from train (or the recipe); unseen labels elsewhere are errors.
@@ -142,7 +144,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
 
 def _check_labels(ctx: RunContext, split: str, ds: Any, known: set[str], origin: str) -> None:
-    for row, value in zip(ds["__row__"], ds[ctx.options.label_column], strict=True):
+    for row, value in zip(ds[ROW_COLUMN], ds[ctx.options.label_column], strict=True):
         label = _label_text(value)
         if label not in known:
             raise DataError(

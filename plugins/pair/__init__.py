@@ -1,0 +1,410 @@
+"""``pair``: sentence-pair tasks (paraphrase, same intent, NLI, similarity scores).
+
+Two modes (``options.mode``):
+
+``cross`` (default)
+    a cross-encoder: both texts in one sequence (``[CLS] a [SEP] b [SEP]``, with token type ids
+    where the model has them) and a classification head, or for ``label_type = "score"`` a
+    regression head with one output. Metrics: accuracy, macro-F1 (and ``f1`` of the positive
+    class when there are two) for classes; Pearson and Spearman for scores. The run folder loads
+    in ``transformers.pipeline("text-classification")`` with ``text_pair``.
+``bi``
+    a bi-encoder: one shared encoder embeds each text (mean pooling, or the first token), trained
+    on the cosine similarity of the two embeddings (CoSENT, or a contrastive loss for binary
+    labels). The saved model is the plain encoder. Metrics: Spearman/Pearson of cosine vs gold;
+    for binary labels also the accuracy at the best threshold found on validation, which is
+    stored with the run and used to label pairs at inference. Inference can also rank a
+    candidate file for each query (``nlptasks infer --candidates FILE --top-k K``).
+
+Data: csv/jsonl/hub with two text columns and a label column (names in ``[options]``). A row with
+an empty side, a missing label or (for scores) a label that is not a number is an error naming
+the file and row, or, with ``options.bad_rows = "skip"``, dropped and counted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from nlptasks import DataError, RunContext, TaskSpec, hookimpl
+from nlptasks.engine.data import ROW_COLUMN
+
+
+class PairOptions(BaseModel):
+    """Options of the ``pair`` task (the recipe's ``[options]`` table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["cross", "bi"] = Field(
+        "cross",
+        description="'cross': both texts in one sequence with a classification/regression head; "
+        "'bi': one shared encoder embeds each text, trained on their cosine similarity.",
+    )
+    label_type: Literal["classes", "score"] = Field(
+        "classes", description="'classes': labels are class names (e.g. 0/1); 'score': labels are numbers (e.g. 0-5)."
+    )
+    text_a_column: str = Field("text_a", description="Column (or JSON key) holding the first text.")
+    text_b_column: str = Field("text_b", description="Column (or JSON key) holding the second text.")
+    label_column: str = Field("label", description="Column (or JSON key) holding the label or score.")
+    labels: list[str] | None = Field(
+        None,
+        min_length=2,
+        description="Class names in class-id order (classes only). Default: the labels of the training data, sorted.",
+    )
+    bad_rows: Literal["error", "skip"] = Field(
+        "error",
+        description="A row with an empty side, no label or a non-numeric score: 'error' stops with its file "
+        "and row; 'skip' drops it and counts it in the log and metrics.json.",
+    )
+    pooling: Literal["mean", "cls"] = Field(
+        "mean", description="Bi-encoder sentence embedding: mean of the token states, or the first token's."
+    )
+    loss: Literal["cosent", "contrastive"] = Field(
+        "cosent",
+        description="Bi-encoder training objective: 'cosent' (classes or scores) or 'contrastive' (binary classes).",
+    )
+    scale: float = Field(20.0, gt=0, description="CoSENT scale applied to the cosine similarities.")
+    margin: float = Field(
+        0.5, ge=-1, lt=1, description="Contrastive loss: dissimilar pairs are pushed below this cosine."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PairOptions:
+        if self.label_type == "score" and self.labels is not None:
+            raise ValueError("options.labels lists class names, but label_type is 'score'")
+        if self.loss == "contrastive" and self.label_type == "score":
+            raise ValueError("options.loss = 'contrastive' needs binary classes; use 'cosent' for scores")
+        return self
+
+
+def _best_metric(options: PairOptions) -> str:
+    """accuracy for cross-encoder classes; spearman for scores and for the bi-encoder"""
+    return "accuracy" if options.mode == "cross" and options.label_type == "classes" else "spearman"
+
+
+def _stratify(options: PairOptions) -> str | None:
+    return options.label_column if options.label_type == "classes" else None
+
+
+@hookimpl
+def register_tasks(register: Any) -> None:
+    register(
+        TaskSpec(
+            name="pair",
+            description="Sentence pairs: cross-encoder classes or scores, or a bi-encoder for similarity and ranking.",
+            options=PairOptions,
+            best_metric=_best_metric,
+            greater_is_better=True,
+            stratify_by=_stratify,
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 4: clean and tokenize
+# ---------------------------------------------------------------------------------------------
+
+
+def _label_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).strip()
+    return text or None
+
+
+def _score(value: Any) -> float | None:
+    import math
+
+    text = _label_text(value)
+    if text is None:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def sort_labels(labels: set[str]) -> list[str]:
+    try:
+        return sorted(labels, key=float)
+    except ValueError:
+        return sorted(labels)
+
+
+def _row_problem(a: Any, b: Any, label: Any, opts: PairOptions) -> str | None:
+    if a is None or not str(a).strip():
+        return f"empty {opts.text_a_column}"
+    if b is None or not str(b).strip():
+        return f"empty {opts.text_b_column}"
+    if _label_text(label) is None:
+        return "no label"
+    if opts.label_type == "score" and _score(label) is None:
+        return "score is not a number"
+    return None
+
+
+def clean(ctx: RunContext, data: Any) -> Any:
+    """Check columns; drop (counted) or reject rows with an empty side or a bad label."""
+    from datasets import DatasetDict
+
+    opts: PairOptions = ctx.options
+    names = {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column, "label_column": opts.label_column}
+    out = {}
+    for split, ds in data.items():
+        where = ctx.sources.get(split, split)
+        for key, column in names.items():
+            if column not in ds.column_names:
+                raise DataError(
+                    f"no column {column!r} (options.{key}); the columns are: "
+                    f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)}",
+                    path=where,
+                    hint=f"Name the right column with --set options.{key}=NAME.",
+                )
+        if ROW_COLUMN not in ds.column_names:
+            ds = ds.add_column(ROW_COLUMN, list(range(1, len(ds) + 1)))
+        keep, dropped = [], {}
+        columns = zip(ds[opts.text_a_column], ds[opts.text_b_column], ds[opts.label_column], ds[ROW_COLUMN], strict=True)
+        for i, (a, b, label, row) in enumerate(columns):
+            problem = _row_problem(a, b, label, opts)
+            if problem is None:
+                keep.append(i)
+            elif opts.bad_rows == "error":
+                shown = f" (got {label!r})" if problem == "score is not a number" else ""
+                raise DataError(
+                    f"{problem}{shown}",
+                    path=where,
+                    row=row,
+                    hint="Fix the row, or drop such rows and count them with --set options.bad_rows=skip.",
+                )
+            else:
+                dropped[problem] = dropped.get(problem, 0) + 1
+        for reason, n in dropped.items():
+            ctx.drop(split, reason, n)
+        if not keep:
+            raise DataError("no usable rows left", path=where)
+        out[split] = ds.select(keep) if len(keep) < len(ds) else ds
+    return DatasetDict(out)
+
+
+def class_labels(ctx: RunContext, data: Any) -> list[str]:
+    """The class list (from options.labels or train); a label outside it names its file and row."""
+    opts: PairOptions = ctx.options
+    if opts.labels is not None:
+        labels, origin, splits = list(opts.labels), "options.labels", list(data)
+    else:
+        labels = sort_labels({_label_text(v) for v in data["train"][opts.label_column]} - {None})  # type: ignore[arg-type]
+        origin, splits = "the training data", [s for s in data if s != "train"]
+    if len(labels) < 2:
+        raise DataError(
+            f"the training data has a single label ({labels[0]!r}); classes need at least two "
+            "(for numeric similarity, set options.label_type = \"score\")",
+            path=ctx.sources.get("train"),
+        )
+    known = set(labels)
+    for split in splits:
+        ds = data[split]
+        for row, value in zip(ds[ROW_COLUMN], ds[opts.label_column], strict=True):
+            if _label_text(value) not in known:
+                raise DataError(
+                    f"label {_label_text(value)!r} does not occur in {origin}; known labels: {', '.join(labels)}",
+                    path=ctx.sources.get(split, split),
+                    row=row,
+                    hint="Fix the row, list every label in options.labels, or for numeric "
+                    "similarity set options.label_type = \"score\".",
+                )
+    return labels
+
+
+@hookimpl
+def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
+    from datasets import DatasetDict
+
+    from nlptasks.engine import get_tokenizer
+    from nlptasks.errors import Problem, RecipeError
+
+    opts: PairOptions = ctx.options
+    data = clean(ctx, data)
+    if opts.label_type == "classes":
+        labels = class_labels(ctx, data)
+        ctx.labels = labels
+        label2id = {name: i for i, name in enumerate(labels)}
+        if opts.mode == "bi" and len(labels) != 2:
+            raise RecipeError(
+                "recipe",
+                [Problem("options.mode", f"the bi-encoder needs two classes or scores; the data has {len(labels)} "
+                         f"labels ({', '.join(labels)}); use mode = \"cross\" for more classes")],
+            )
+        target = lambda v: label2id[_label_text(v)]  # noqa: E731
+    else:
+        target = _score
+        scores = [_score(v) for v in data["train"][opts.label_column]]
+        ctx.manifest["score_range"] = [min(scores), max(scores)]  # type: ignore[type-var]
+
+    corpus = [str(t) for t in data["train"][opts.text_a_column]] + [str(t) for t in data["train"][opts.text_b_column]]
+    tokenizer = get_tokenizer(ctx, corpus=corpus)
+    max_length = ctx.recipe.model.max_length
+    pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
+
+    def encode_cross(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        a = [str(t) for t in batch[opts.text_a_column]]
+        b = [str(t) for t in batch[opts.text_b_column]]
+        enc = dict(tokenizer(a, b, truncation=True, max_length=max_length, padding=pad))
+        enc["labels"] = [target(v) for v in batch[opts.label_column]]
+        return enc
+
+    def encode_bi(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        enc: dict[str, Any] = {}
+        for side, column in (("a", opts.text_a_column), ("b", opts.text_b_column)):
+            sided = tokenizer([str(t) for t in batch[column]], truncation=True, max_length=max_length, padding=pad)
+            enc[f"input_ids_{side}"] = sided["input_ids"]
+            enc[f"attention_mask_{side}"] = sided["attention_mask"]
+        enc["length"] = [len(x) + len(y) for x, y in zip(enc["input_ids_a"], enc["input_ids_b"], strict=True)]
+        enc["labels"] = [float(target(v)) for v in batch[opts.label_column]]  # type: ignore[arg-type]
+        return enc
+
+    encode = encode_bi if opts.mode == "bi" else encode_cross
+    out = DatasetDict()
+    for split, ds in data.items():
+        out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
+    ctx.manifest.update(
+        mode=opts.mode,
+        label_type=opts.label_type,
+        text_a_column=opts.text_a_column,
+        text_b_column=opts.text_b_column,
+    )
+    if opts.mode == "bi":
+        ctx.manifest["pooling"] = opts.pooling
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps 5 to 9
+# ---------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_build_model(ctx: RunContext) -> Any:
+    from nlptasks.engine import load_model
+
+    opts: PairOptions = ctx.options
+    if opts.mode == "bi":
+        return load_model(ctx, "AutoModel")
+    if opts.label_type == "score":
+        return load_model(ctx, "AutoModelForSequenceClassification", num_labels=1, problem_type="regression")
+    assert ctx.labels is not None
+    return load_model(
+        ctx,
+        "AutoModelForSequenceClassification",
+        num_labels=len(ctx.labels),
+        id2label=dict(enumerate(ctx.labels)),
+        label2id={name: i for i, name in enumerate(ctx.labels)},
+    )
+
+
+@hookimpl
+def nlptasks_metrics(ctx: RunContext) -> Any:
+    from nlptasks.metrics import classification_report, correlations
+
+    opts: PairOptions = ctx.options
+    labels = list(ctx.labels or [])
+
+    def compute_metrics(eval_pred: Any) -> dict[str, float]:
+        predictions, references = eval_pred.predictions, eval_pred.label_ids
+        if isinstance(predictions, tuple):
+            predictions = predictions[0]
+        if opts.mode == "bi" or opts.label_type == "score":
+            return correlations(predictions.reshape(-1), references)
+        report = classification_report(predictions.argmax(-1), references, labels)
+        if len(labels) == 2:
+            report["f1"] = report[f"f1/{labels[1]}"]  # the positive class: the second in class order
+        return report
+
+    return compute_metrics
+
+
+@hookimpl
+def nlptasks_training_arguments(ctx: RunContext, kwargs: dict[str, Any]) -> Any:
+    if ctx.options.mode != "bi":
+        return None
+    from nlptasks.engine.training import make_training_arguments
+
+    # The encoder's forward() takes neither side's columns nor labels: keep them for our loss.
+    return make_training_arguments({**kwargs, "remove_unused_columns": False, "label_names": ["labels"]})
+
+
+@hookimpl
+def nlptasks_data_collator(ctx: RunContext) -> Any:
+    if ctx.options.mode != "bi":
+        return None  # the engine's default pads the single pair sequence
+    from nlptasks_plugins.pair.biencoder import PairCollator
+
+    return PairCollator(ctx.tokenizer)
+
+
+@hookimpl
+def nlptasks_trainer(
+    ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+) -> Any:
+    opts: PairOptions = ctx.options
+    if opts.mode != "bi":
+        return None
+    from nlptasks_plugins.pair.biencoder import make_trainer_class
+
+    trainer_class = make_trainer_class()
+    trainer = trainer_class(
+        model=model,
+        args=args,
+        train_dataset=data["train"],
+        eval_dataset=data["validation"] if "validation" in data else None,
+        processing_class=ctx.tokenizer,
+        data_collator=data_collator,
+        compute_metrics=compute_metrics,
+    )
+    trainer.pooling, trainer.loss_name, trainer.scale, trainer.margin = opts.pooling, opts.loss, opts.scale, opts.margin
+    return trainer
+
+
+@hookimpl
+def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
+    """Bi-encoder with two classes: after the default step 9, find the cosine threshold with the
+    best validation accuracy, store it with the run, and score test at that threshold."""
+    opts: PairOptions = ctx.options
+    if opts.mode != "bi" or opts.label_type != "classes":
+        return None
+    from nlptasks.engine.training import train_and_evaluate
+    from nlptasks_plugins.pair.biencoder import best_threshold
+
+    metrics = train_and_evaluate(ctx, trainer, data)
+    fit_on = "validation" if "validation" in data and len(data["validation"]) else "train"
+    predicted = trainer.predict(data[fit_on])
+    threshold, accuracy = best_threshold(predicted.predictions, predicted.label_ids)
+    ctx.manifest["threshold"] = threshold
+    ctx.log.info("cosine threshold %.4f: accuracy %.4f on %s", threshold, accuracy, fit_on)
+    metrics.setdefault(fit_on, {}).update(threshold=threshold, accuracy=accuracy)
+    if fit_on == "validation" and "test" in data and len(data["test"]):
+        tested = trainer.predict(data["test"])
+        sim, gold = tested.predictions.reshape(-1), tested.label_ids.reshape(-1)
+        metrics["test"]["accuracy"] = float(((sim >= threshold) == (gold > 0.5)).mean())
+        metrics["test"]["threshold"] = threshold
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 10: inference
+# ---------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+    if manifest.get("task") != "pair":
+        return None
+    from nlptasks_plugins.pair.predict import BiEncoderPredictor, CrossEncoderPredictor
+
+    if manifest.get("mode") == "bi":
+        return BiEncoderPredictor(run_dir, manifest)
+    return CrossEncoderPredictor(run_dir, manifest)

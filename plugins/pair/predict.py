@@ -1,0 +1,172 @@
+"""Step 10 for ``pair``: predictors for cross-encoder and bi-encoder runs.
+
+Inputs, in order of preference: dicts with the run's two text columns (rows of a csv/jsonl
+file), ``(a, b)`` tuples, strings holding ``a<TAB>b`` (lines of a txt file or stdin), or plain
+strings taken two at a time (``nlptasks infer --task pair "句子一" "句子二"``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nlptasks import DataError
+
+
+def as_pairs(inputs: list[Any], col_a: str, col_b: str) -> list[tuple[str, str]]:
+    """Normalise the accepted input shapes to ``(a, b)`` pairs; errors name the input number."""
+    if not inputs:
+        return []
+    if all(isinstance(x, str) for x in inputs) and not all("\t" in x for x in inputs):
+        if len(inputs) % 2:
+            raise DataError(
+                f"{len(inputs)} texts given: pairs need an even number (text_a text_b text_a text_b ...)",
+                hint='Example: nlptasks infer --task pair "怎么退款" "如何申请退款"; in a file, one pair per '
+                "line as text_a<TAB>text_b, or a csv/jsonl with text_a and text_b columns.",
+            )
+        return [(inputs[i], inputs[i + 1]) for i in range(0, len(inputs), 2)]
+    pairs = []
+    for i, item in enumerate(inputs, start=1):
+        if isinstance(item, dict):
+            missing = [c for c in (col_a, col_b) if c not in item]
+            if missing:
+                raise DataError(f"no {missing[0]!r} field; fields: {', '.join(item)}", row=i)
+            a, b = item[col_a], item[col_b]
+        elif isinstance(item, (tuple, list)) and len(item) == 2:
+            a, b = item
+        elif isinstance(item, str) and "\t" in item:
+            a, _, b = item.partition("\t")
+        else:
+            raise DataError("expected a pair: text_a<TAB>text_b, a 2-item list, or a dict with both columns", row=i)
+        pairs.append(("" if a is None else str(a), "" if b is None else str(b)))
+    return pairs
+
+
+class CrossEncoderPredictor:
+    """Pairs → ``{"text_a", "text_b", "label", "score"}`` (classes) or ``{..., "score"}`` (scores)."""
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+        self.model = AutoModelForSequenceClassification.from_pretrained(run_dir)
+        self.model.eval()
+        self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
+        self.scores = manifest.get("label_type") == "score"
+        self.max_length = manifest.get("max_length")
+        self.batch_size = batch_size
+        self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
+
+    def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        from nlptasks.engine.inference import predict_logits, softmax
+
+        pairs = as_pairs(inputs, *self.columns)
+        logits = predict_logits(self.model, self.tokenizer, pairs, self.batch_size, self.max_length)
+        results = []
+        if self.scores:
+            for (a, b), row in zip(pairs, logits, strict=True):
+                results.append({"text_a": a, "text_b": b, "score": round(float(row[0]), 6)})
+            return results
+        for (a, b), p in zip(pairs, softmax(logits), strict=True):
+            best = int(p.argmax())
+            results.append({"text_a": a, "text_b": b, "label": self.id2label[best], "score": round(float(p[best]), 6)})
+        return results
+
+
+class BiEncoderPredictor:
+    """Pairs → ``{"text_a", "text_b", "similarity"[, "label"]}``; :meth:`rank` ranks candidates.
+
+    ``label`` is given when the run stored a threshold (binary classes): the second class when the
+    cosine similarity reaches it, else the first.
+    """
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+        self.model = AutoModel.from_pretrained(run_dir)
+        self.model.eval()
+        self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
+        self.pooling = manifest.get("pooling", "mean")
+        self.threshold = manifest.get("threshold")
+        self.labels = manifest.get("labels")
+        self.max_length = manifest.get("max_length")
+        self.batch_size = batch_size
+
+    def embed(self, texts: list[str], progress: bool = False) -> Any:
+        """L2-normalised embeddings (NumPy, one row per text, input order), length-sorted batches."""
+        import numpy as np
+        import torch
+
+        from nlptasks_plugins.pair.biencoder import pool
+
+        if not texts:
+            return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[Any] = [None] * len(texts)
+        starts: Any = range(0, len(order), self.batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="embed", unit="batch")
+        with torch.inference_mode():
+            for start in starts:
+                idx = order[start : start + self.batch_size]
+                enc = self.tokenizer(
+                    [texts[i] for i in idx], truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
+                )
+                hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+                vectors = torch.nn.functional.normalize(pool(hidden, enc["attention_mask"], self.pooling), dim=-1)
+                for j, i in enumerate(idx):
+                    out[i] = vectors[j].float().numpy()
+        return np.stack(out)
+
+    def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        pairs = as_pairs(inputs, *self.columns)
+        texts = [a for a, _ in pairs] + [b for _, b in pairs]
+        vectors = self.embed(texts)
+        a_vec, b_vec = vectors[: len(pairs)], vectors[len(pairs) :]
+        results = []
+        for (a, b), u, v in zip(pairs, a_vec, b_vec, strict=True):
+            similarity = float((u * v).sum())
+            result: dict[str, Any] = {"text_a": a, "text_b": b, "similarity": round(similarity, 6)}
+            if self.threshold is not None and self.labels:
+                result["label"] = self.labels[1] if similarity >= self.threshold else self.labels[0]
+            results.append(result)
+        return results
+
+    def _text(self, item: Any, index: int, what: str) -> str:
+        if isinstance(item, str):
+            return item
+        if isinstance(item, dict):
+            for key in ("text", *self.columns):
+                if key in item:
+                    return "" if item[key] is None else str(item[key])
+            raise DataError(f"{what}: no 'text' field; fields: {', '.join(item)}", row=index + 1)
+        raise DataError(f"{what}: expected a text", row=index + 1)
+
+    def rank(self, queries: list[Any], candidates: list[Any], top_k: int = 5) -> list[dict[str, Any]]:
+        """For each query, the ``top_k`` most similar candidates (embeddings computed once each)."""
+        import numpy as np
+
+        query_texts = [self._text(q, i, "query") for i, q in enumerate(queries)]
+        candidate_texts = [self._text(c, i, "candidate") for i, c in enumerate(candidates)]
+        if not candidate_texts:
+            raise DataError("the candidate list is empty")
+        q = self.embed(query_texts)
+        c = self.embed(candidate_texts, progress=len(candidate_texts) > 10 * self.batch_size)
+        scores = q @ c.T
+        k = min(top_k, len(candidate_texts))
+        results = []
+        for text, row in zip(query_texts, scores, strict=True):
+            best = np.argsort(-row, kind="stable")[:k]
+            results.append(
+                {
+                    "query": text,
+                    "results": [
+                        {"rank": r + 1, "candidate": candidate_texts[i], "similarity": round(float(row[i]), 6)}
+                        for r, i in enumerate(best)
+                    ],
+                }
+            )
+        return results
