@@ -62,7 +62,12 @@ class TaskSpec:
 
 @runtime_checkable
 class Predictor(Protocol):
-    """What step 10 returns: call it with inputs, get one dict per input, in order."""
+    """What step 10 returns: call it with inputs, get one dict per input, in order.
+
+    Optional, for ranking (``nlptasks infer --candidates FILE --top-k K``): a predictor may
+    implement ``rank(queries, candidates, top_k) -> list[dict]``, one dict per query with its
+    ``top_k`` best candidates; the CLI says plainly when a run's predictor cannot rank.
+    """
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]: ...
 
