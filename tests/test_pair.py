@@ -259,18 +259,28 @@ def test_contrastive_needs_classes(cli):
 # --- real data ---------------------------------------------------------------------------------
 
 
-def test_lcqmc_from_scratch_learns(runs):
+def test_lcqmc_bi_encoder_from_scratch_learns(runs):
+    """A char-level bi-encoder built from scratch on 2,000 real LCQMC pairs.
+
+    Measured 2026-11-23 (2 cores): untrained (one step), the mean-pooled char embeddings already
+    score by lexical overlap: validation Spearman 0.420, accuracy 0.686 at the best threshold; test
+    0.434 / 0.679.  After 2 epochs: validation 0.526 / 0.739, test 0.516 / 0.707 (about 60 s).
+    The floors sit between the two, so a run that learned nothing fails.  (The cross-encoder from
+    scratch stays at the majority class on this little data; 4,000 pairs x 3 epochs with the
+    bi-encoder reach 0.601 / 0.773 on validation.)
+    """
     data = shared("lcqmc")
     run_dir = train(
         runs, "lcqmc",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        "data.max_train_rows=3000", "train.epochs=3", "model.scratch.min_frequency=2",
+        "data.max_train_rows=2000", "train.epochs=2", "train.learning_rate=5e-4", "model.scratch.min_frequency=2",
+        "options.mode=bi",
         tiny=False,
     )
     metrics = read_metrics(run_dir)
-    # balanced classes (0.525 majority on validation); measured 2026-11-23: see the comment below
-    assert metrics["validation"]["accuracy"] > 0.62
-    assert metrics["test"]["accuracy"] > 0.60
+    assert metrics["validation"]["spearman"] > 0.47
+    assert metrics["test"]["spearman"] > 0.46
+    assert metrics["validation"]["accuracy"] > 0.71
 
 
 def test_mrpc_cross_encoder_with_minilm(runs):
@@ -279,10 +289,9 @@ def test_mrpc_cross_encoder_with_minilm(runs):
     run_dir = train(
         runs, "mrpc",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        f"model.name_or_path={gt.MODEL_DIR}", "model.max_length=128", "data.max_train_rows=1500",
-        "data.max_eval_rows=400", "train.epochs=1", "train.learning_rate=5e-5", "train.eval_strategy=no",
-        "train.keep_best=false",
-        tiny=False,
+        f"model.name_or_path={gt.MODEL_DIR}", "data.max_train_rows=1500", "data.max_eval_rows=400",
+        "train.epochs=1",
+        recipe=RECIPES / "mrpc-minilm.toml", tiny=False,
     )
     metrics = read_metrics(run_dir)
     # majority class ("1") gives F1 0.81 and accuracy 0.68 on validation: the floors are above it
@@ -296,11 +305,12 @@ def test_stsb_bi_encoder_with_minilm(runs):
     run_dir = train(
         runs, "stsb",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        f"model.name_or_path={gt.MODEL_DIR}", "model.max_length=128", "options.mode=bi", "options.label_type=score",
+        f"model.name_or_path={gt.MODEL_DIR}", "options.mode=bi", "options.label_type=score",
         "data.max_train_rows=1000", "data.max_eval_rows=500", "train.epochs=1", "train.learning_rate=2e-5",
-        "train.eval_strategy=no", "train.keep_best=false",
-        tiny=False,
+        recipe=RECIPES / "mrpc-minilm.toml", tiny=False,
     )
     metrics = read_metrics(run_dir)
-    # MiniLM is a sentence-embedding model: good before training, and must stay good
-    assert metrics["test"]["spearman"] > 0.75
+    # MiniLM is a sentence-embedding model: good before training, and must stay good.
+    # Measured 2026-11-23: validation 0.923, test (first 500) 0.929 Spearman after this run.
+    assert metrics["validation"]["spearman"] > 0.85
+    assert metrics["test"]["spearman"] > 0.85
