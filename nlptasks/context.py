@@ -50,7 +50,16 @@ class TaskSpec:
 
 @runtime_checkable
 class Predictor(Protocol):
-    """What step 10 returns: call it with inputs, get one dict per input, in order."""
+    """What step 10 returns: call it with inputs, get one dict per input, in order.
+
+    Optional, for file formats of the task's own (``nlptasks infer --format NAME``): a predictor
+    may declare ``formats``, a dict ``{name: one-line description}``, and implement
+    ``read_inputs(path, fmt, stream) -> list`` (``path`` is ``None`` when reading ``stream``,
+    i.e. stdin) and ``write_outputs(results, fmt, stream)``.  The CLI checks ``--format`` against
+    ``formats`` and lists them when a format is not offered; a ``--file`` whose extension is one
+    of the names uses that format without ``--format``.  Without ``--format`` the CLI reads
+    txt/csv/jsonl and prints JSON lines.
+    """
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]: ...
 
