@@ -73,9 +73,9 @@ def test_each_word_is_taken_from_the_window_where_it_is_most_central():
 
     windows = [Window(0, 0, 6, tuple(range(1, 7))), Window(0, 3, 9, tuple(range(1, 7)))]
     merged = merge(windows, [["a"] * 6, ["b"] * 6], [9], default="O")
-    # words 3, 4, 5 are in both: 3 is more central in the first window, 5 in the second
-    assert merged == [["a", "a", "a", "a", "b", "b", "b", "b", "b"]] or merged[0][:4] == ["a"] * 4
-    assert merged[0][5:] == ["b"] * 4
+    # words 3, 4, 5 are in both: 3 is more central in the first window, 5 in the second, 4 is a
+    # tie (the first window wins)
+    assert merged == [["a"] * 5 + ["b"] * 4]
 
 
 def test_char_tokenizer_gives_one_token_per_word_and_all_policy_labels_subtokens():
@@ -213,11 +213,12 @@ def test_batched_inference_equals_one_by_one(trained):
     one_by_one = [predictor([t])[0] for t in texts]
     predictor.batch_size = 3
     batched = predictor(texts)
-    assert [r["entities"] for r in batched] == [r["entities"] for r in one_by_one] or all(
-        [(e["type"], e["start"], e["end"]) for e in a["entities"]] == [(e["type"], e["start"], e["end"]) for e in b["entities"]]
-        and all(abs(x["score"] - y["score"]) < 1e-4 for x, y in zip(a["entities"], b["entities"], strict=True))
-        for a, b in zip(batched, one_by_one, strict=True)
-    )
+    assert [r["text"] for r in batched] == [r["text"] for r in one_by_one]
+    for a, b in zip(batched, one_by_one, strict=True):
+        assert [(e["type"], e["start"], e["end"]) for e in a["entities"]] == [
+            (e["type"], e["start"], e["end"]) for e in b["entities"]
+        ]
+        assert [e["score"] for e in a["entities"]] == pytest.approx([e["score"] for e in b["entities"]], abs=1e-4)
     assert batched[2] == {"text": "", "entities": []}
     assert batched[4]["tokens"] == list("李娜去了杭州") and len(batched[4]["tags"]) == 6
 
