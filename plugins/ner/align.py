@@ -53,7 +53,7 @@ def plan_windows(counts: list[int], budget: int, stride: int, overflow: str = "w
 def word_counts(tokenizer: Any, sentences: list[list[str]]) -> tuple[list[list[str]], list[list[int]]]:
     """Sub-tokens per word.  Words that give no token at all (a space, a control character) are
     replaced by the unknown token, so every word can be labelled and predicted."""
-    enc = tokenizer(sentences, is_split_into_words=True, add_special_tokens=False)
+    enc = tokenizer(sentences, is_split_into_words=True, add_special_tokens=False, verbose=False)
     fixed_sentences, counts = [], []
     for i, words in enumerate(sentences):
         c = [0] * len(words)
