@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are (default: ./runs)")
     p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default: 32)")
     p.add_argument("--format", dest="fmt", metavar="FORMAT",
-                   help="read --file (or stdin) and write stdout in a format of the task, e.g. conll for ner "
+                   help="read --file (or stdin) and write stdout in a format the task offers, e.g. conll "
                         "(default: JSON lines out; a --file whose extension names a task format uses it)")
     p.set_defaults(func=cmd_infer)
 
