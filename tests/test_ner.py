@@ -301,12 +301,12 @@ def test_length_mismatch_names_file_and_line(cli, tmp_path):
 
 
 def test_bad_rows_can_be_skipped_and_counted(run_recipe, tmp_path):
-    rows = demo_rows("train", 200) + [{"tokens": ["小", "明"], "tags": ["B-PER"]}, {"tokens": [], "tags": []}]
+    rows = demo_rows("train", 200) + [{"tokens": ["小", "明"], "tags": ["B-PER"]}, {"tokens": [], "tags": []}, '{"tokens": [']
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     run_dir = run_recipe(
         QUICKSTART, f"data.train={train}", "options.skip_invalid_rows=true", "train.epochs=1", "data.max_eval_rows=20"
     )
-    assert read_metrics(run_dir)["dropped"]["train"] == {"length mismatch": 1, "empty sentence": 1}
+    assert read_metrics(run_dir)["dropped"]["train"] == {"invalid JSON": 1, "length mismatch": 1, "empty sentence": 1}
 
 
 def test_invalid_json_line_names_file_and_line(cli, tmp_path):

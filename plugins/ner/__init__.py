@@ -77,7 +77,7 @@ class NerOptions(BaseModel):
     skip_invalid_rows: bool = Field(
         False,
         description="Skip (and count in metrics.json) rows whose tokens and tags differ in length or are not "
-        "lists, instead of stopping with the file and line.",
+        "lists, and invalid JSON lines, instead of stopping with the file and line.",
     )
     input_split: Literal["auto", "char", "whitespace"] = Field(
         "auto",
@@ -128,7 +128,8 @@ def nlptasks_load_data(ctx: RunContext) -> Any:
             rows = ((line, tokens, tags) for line, tokens, tags in iter_conll(path))
             keys = ("tokens", "tags")
         elif (cfg.format == "jsonl" or path.suffix.lower() in (".jsonl", ".ndjson")) and path.is_file():
-            objs = read_jsonl(path)
+            objs, invalid = read_jsonl(path, opts.skip_invalid_rows)
+            ctx.drop(split, "invalid JSON", invalid)
             rows = ((o[LINE], o.get(opts.tokens_column), o.get(opts.tags_column)) for o in objs)
             keys = (opts.tokens_column, opts.tags_column)
             for o in objs[:1]:
