@@ -64,6 +64,14 @@ class TaskSpec:
 class Predictor(Protocol):
     """What step 10 returns: call it with inputs, get one dict per input, in order.
 
+    Optional, for file formats of the task's own (``nlptasks infer --format NAME``): a predictor
+    may declare ``formats``, a dict ``{name: one-line description}``, and implement
+    ``read_inputs(path, fmt, stream) -> list`` (``path`` is ``None`` when reading ``stream``,
+    i.e. stdin) and ``write_outputs(results, fmt, stream)``.  The CLI checks ``--format`` against
+    ``formats`` and lists them when a format is not offered; a ``--file`` whose extension is one
+    of the names uses that format without ``--format``.  Without ``--format`` the CLI reads
+    txt/csv/jsonl and prints JSON lines.
+
     Optional, for ranking (``nlptasks infer --candidates FILE --top-k K``): a predictor may
     implement ``rank(queries, candidates, top_k) -> list[dict]``, one dict per query with its
     ``top_k`` best candidates; the CLI says plainly when a run's predictor cannot rank.

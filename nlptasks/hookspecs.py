@@ -311,5 +311,7 @@ def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Predicto
     :returns: a :class:`nlptasks.Predictor`: a callable that takes a list of inputs (strings, or
         dicts read from a csv/jsonl file) and returns one JSON-serialisable dict per input, in
         order (*first result wins*).  The engine's fallback raises an error saying no plugin can
-        serve this task.
+        serve this task.  A predictor may also offer file formats of its own for
+        ``nlptasks infer --format NAME`` (``formats``, ``read_inputs``, ``write_outputs``: see
+        :class:`nlptasks.Predictor`), e.g. CoNLL in and out for a tagging task.
     """

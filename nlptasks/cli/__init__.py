@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", type=Path, help="inputs from a .txt (one per line), .csv or .jsonl file")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are (default: ./runs)")
     p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default: 32)")
+    p.add_argument("--format", dest="fmt", metavar="FORMAT",
+                   help="read --file (or stdin) and write stdout in a format the task offers, e.g. conll "
+                        "(default: JSON lines out; a --file whose extension names a task format uses it)")
     p.add_argument("--candidates", type=Path, metavar="FILE",
                    help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
                         "whose predictor can rank (pair in bi-encoder mode)")
@@ -243,7 +246,7 @@ def read_inputs(args: argparse.Namespace) -> list[Any]:
 def cmd_infer(args: argparse.Namespace) -> int:
     from nlptasks.errors import NlptasksError
 
-    inputs = read_inputs(args)
+    inputs = None if _task_format(args) else read_inputs(args)
     from nlptasks.engine.runner import latest_run, load_predictor
 
     run_dir = args.model
@@ -267,22 +270,72 @@ def cmd_infer(args: argparse.Namespace) -> int:
     predictor = load_predictor(run_dir)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
-    if args.candidates is not None:
-        rank = getattr(predictor, "rank", None)
-        if rank is None:
-            task = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8")).get("task", "?")
-            raise NlptasksError(
-                f"--candidates: the {task!r} run in {run_dir} cannot rank candidates",
-                hint="Ranking needs a predictor with rank(), e.g. a pair run trained with options.mode = \"bi\".",
-            )
-        if args.top_k < 1:
-            raise NlptasksError("--top-k must be at least 1")
-        results = rank(inputs, read_input_file(args.candidates), args.top_k)
-    else:
-        results = predictor(inputs)
+    fmt = _chosen_format(args, predictor, run_dir)
+    if fmt is not None:
+        if args.candidates is not None:
+            raise NlptasksError(f"--candidates ranks JSON lines; it does not go with --format {fmt}")
+        if args.texts:
+            raise NlptasksError(f"--format {fmt} reads --file or stdin, not texts given as arguments")
+        if args.file is not None and not args.file.exists():
+            from nlptasks.errors import DataError
+
+            raise DataError("file not found", path=str(args.file))
+        inputs = predictor.read_inputs(args.file, fmt, sys.stdin)
+        predictor.write_outputs(predictor(inputs), fmt, sys.stdout)
+        return 0
+    if inputs is None:
+        inputs = read_inputs(args)
+    results = _rank(args, predictor, run_dir, inputs) if args.candidates is not None else predictor(inputs)
     for result in results:
         print(json.dumps(result, ensure_ascii=False))
     return 0
+
+
+def _chosen_format(args: argparse.Namespace, predictor: Any, run_dir: Path) -> str | None:
+    """The task format to read and write (``--format``, or a --file extension the task offers)."""
+    from nlptasks.errors import NlptasksError
+
+    formats = dict(getattr(predictor, "formats", None) or {})
+    fmt = args.fmt
+    if fmt is None and args.file is not None and args.file.suffix.lower().lstrip(".") in formats:
+        fmt = args.file.suffix.lower().lstrip(".")  # e.g. --file dev.conll
+    if fmt is not None and fmt not in formats:
+        offered = ", ".join(sorted(formats)) or "none besides the default JSON lines"
+        raise NlptasksError(
+            f"--format {fmt}: the {_task_of(run_dir)!r} task does not read or write this format "
+            f"(its formats: {offered})",
+            hint="Leave out --format for JSON lines; `nlptasks infer --help` lists the options.",
+        )
+    return fmt
+
+
+def _rank(args: argparse.Namespace, predictor: Any, run_dir: Path, queries: list[Any]) -> list[dict[str, Any]]:
+    """``--candidates FILE --top-k K``: the predictor's ``rank()``, or an error naming the task."""
+    from nlptasks.errors import NlptasksError
+
+    rank = getattr(predictor, "rank", None)
+    if rank is None:
+        raise NlptasksError(
+            f"--candidates: the {_task_of(run_dir)!r} run in {run_dir} cannot rank candidates",
+            hint="Ranking needs a predictor with rank(), e.g. a pair run trained with options.mode = \"bi\".",
+        )
+    if args.top_k < 1:
+        raise NlptasksError("--top-k must be at least 1")
+    return rank(queries, read_input_file(args.candidates), args.top_k)
+
+
+def _task_format(args: argparse.Namespace) -> bool:
+    """Whether the inputs may need the task's own reader (decided once the predictor is loaded)."""
+    if args.fmt is not None:
+        return True
+    return args.file is not None and args.file.suffix.lower() not in {".csv", ".jsonl", ".json", ".tsv", ".txt"}
+
+
+def _task_of(run_dir: Path) -> str:
+    try:
+        return json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8")).get("task", "?")
+    except (OSError, ValueError):
+        return "?"
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

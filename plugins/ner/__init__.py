@@ -1,0 +1,495 @@
+"""``ner``: named-entity recognition as word-level token classification.
+
+The whole task lives in this package: options, CoNLL/jsonl loading (step 2), tag checks, windows
+and sub-word label alignment (4), the token-classification head (5), seqeval metrics on whole
+sentences (6), the collator (8), evaluation that merges windows back into sentences (9) and
+inference with character offsets (10).  See ``docs/tasks/ner.md``.
+
+Data: rows ``{"tokens": [...], "tags": [...]}`` (jsonl/json, a ``save_to_disk`` folder or a hub
+dataset whose tags are a ``ClassLabel`` sequence), or CoNLL files (``.conll``/``.bio``/``.iob``/
+``.txt``: token and tag per line, a blank line between sentences).
+
+No truncation loss: a sentence longer than ``model.max_length`` sub-tokens is cut into windows of
+whole words overlapping by ``options.stride`` words, in training and evaluation; evaluation and
+inference take each word's prediction from the window where the word is most central, and
+seqeval scores every gold word (``word_coverage`` in the metrics says so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nlptasks import DataError, NlptasksError, RunContext, TaskSpec, hookimpl
+
+from .data import LINE, PREFIXES
+
+SPLITS = ("train", "validation", "test")
+
+
+class NerOptions(BaseModel):
+    """Options of the ``ner`` task (the recipe's ``[options]`` table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens_column: str = Field("tokens", description="Column (or JSON key) holding the list of words (Chinese: characters).")
+    tags_column: str = Field(
+        "tags", description="Column (or JSON key) holding one tag per word: strings, or ints of a ClassLabel sequence."
+    )
+    scheme: Literal["BIO", "IOB1", "BIOES"] = Field(
+        "BIO", description="Tag scheme of the data: BIO (IOB2: every entity starts with B-), IOB1, or BIOES."
+    )
+    labels: list[str] | None = Field(
+        None,
+        min_length=2,
+        description="Every tag, 'O' included, in class-id order. Default: 'O', then for each entity type found "
+        "in the training data (sorted) one tag per prefix of the scheme.",
+    )
+    subword_labels: Literal["first", "all"] = Field(
+        "first",
+        description="Which sub-tokens of a word carry its tag in training: the first (others get -100) or all "
+        "(a B-X word's later sub-tokens get I-X). Predictions always come from the first sub-token.",
+    )
+    stride: int = Field(
+        16,
+        ge=0,
+        description="Words shared by consecutive windows when a sentence is longer than model.max_length "
+        "(must leave room for new words in each window).",
+    )
+    overflow: Literal["window", "truncate"] = Field(
+        "window",
+        description="Sentences longer than model.max_length: 'window' covers every word with overlapping "
+        "windows; 'truncate' keeps only the first window and scores only its words (the classic scripts' "
+        "behaviour, for comparison).",
+    )
+    invalid_transition: Literal["repair", "error"] = Field(
+        "repair",
+        description="An I-X that does not continue an X entity (BIO, BIOES): 'repair' makes it B-X (BIOES: "
+        "I-X→B-X, E-X→S-X) and counts it in metrics.json (repaired_tags); 'error' stops with file and line.",
+    )
+    mode: Literal["default", "strict"] = Field(
+        "default",
+        description="seqeval mode: 'default' (conlleval-compatible) or 'strict' (entities must be well-formed "
+        "in the scheme).",
+    )
+    skip_invalid_rows: bool = Field(
+        False,
+        description="Skip (and count in metrics.json) rows whose tokens and tags differ in length or are not "
+        "lists, and invalid JSON lines, instead of stopping with the file and line.",
+    )
+    input_split: Literal["auto", "char", "whitespace"] = Field(
+        "auto",
+        description="How `nlptasks infer` splits a text into words: 'char' (every non-space character: Chinese), "
+        "'whitespace' (English), or 'auto' (char when 90%+ of the training words are one character).",
+    )
+
+
+@hookimpl
+def register_tasks(register: Any) -> None:
+    register(
+        TaskSpec(
+            name="ner",
+            description="Named-entity recognition: one tag per word, seqeval entity F1, long sentences windowed.",
+            options=NerOptions,
+            best_metric="f1",
+            greater_is_better=True,
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Step 2: CoNLL and jsonl files, with line numbers
+# --------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_load_data(ctx: RunContext) -> Any:
+    """Local files: CoNLL (by extension), jsonl with line numbers; others via the engine."""
+    from datasets import DatasetDict
+
+    from nlptasks.engine.data import load_file
+
+    from .data import check_rows, is_conll, iter_conll, read_jsonl, to_dataset
+
+    cfg = ctx.recipe.data
+    if cfg.hub:
+        return None  # the engine's default loads hub datasets
+    opts: NerOptions = ctx.options
+    data = DatasetDict()
+    for split in SPLITS:
+        path_text = getattr(cfg, split)
+        if not path_text:
+            continue
+        path = Path(path_text)
+        ctx.sources[split] = path_text
+        if cfg.format == "auto" and is_conll(path):
+            rows = ((line, tokens, tags) for line, tokens, tags in iter_conll(path))
+            keys = ("tokens", "tags")
+        elif (cfg.format == "jsonl" or path.suffix.lower() in (".jsonl", ".ndjson")) and path.is_file():
+            objs, invalid = read_jsonl(path, opts.skip_invalid_rows)
+            ctx.drop(split, "invalid JSON", invalid)
+            rows = ((o[LINE], o.get(opts.tokens_column), o.get(opts.tags_column)) for o in objs)
+            keys = (opts.tokens_column, opts.tags_column)
+            for o in objs[:1]:
+                _require_keys(o, opts, path_text)
+        else:
+            ds = load_file(path_text, cfg.format)
+            if LINE not in ds.column_names:
+                ds = ds.add_column(LINE, list(range(1, len(ds) + 1)))
+            data[split] = ds
+            continue
+        checked = check_rows(rows, path_text, *keys, skip_invalid=opts.skip_invalid_rows)
+        for reason, n in checked.skipped.items():
+            ctx.drop(split, reason, n)
+        if not checked.tokens:
+            raise DataError("no sentences", path=path_text)
+        data[split] = to_dataset(checked, opts.tokens_column, opts.tags_column)
+    for split in list(data):
+        limit = cfg.max_train_rows if split == "train" else cfg.max_eval_rows
+        if limit is not None and len(data[split]) > limit:
+            data[split] = data[split].select(range(limit))
+        ctx.log.info("%s: %d sentences from %s", split, len(data[split]), ctx.sources[split])
+    return data
+
+
+def _require_keys(obj: dict[str, Any], opts: NerOptions, path: str) -> None:
+    for key, option in ((opts.tokens_column, "tokens_column"), (opts.tags_column, "tags_column")):
+        if key not in obj:
+            fields = ", ".join(k for k in obj if k != LINE)
+            raise DataError(
+                f"no {key!r} field; the fields are: {fields}",
+                path=path,
+                row=obj[LINE],
+                hint=f"Name the right field with --set options.{option}=NAME.",
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Step 4: check tags, build labels, tokenize into windows
+# --------------------------------------------------------------------------------------------
+
+
+def _clean_split(ctx: RunContext, split: str, ds: Any) -> tuple[list[list[str]], list[list[str]], list[int]]:
+    from .data import check_rows, class_label_names
+
+    opts: NerOptions = ctx.options
+    where = ctx.sources.get(split, split)
+    for column, option in ((opts.tokens_column, "tokens_column"), (opts.tags_column, "tags_column")):
+        if column not in ds.column_names:
+            raise DataError(
+                f"no column {column!r}; the columns are: {', '.join(c for c in ds.column_names if c != LINE)}",
+                path=where,
+                hint=f"Name the right column with --set options.{option}=NAME.",
+            )
+    names = class_label_names(ds, opts.tags_column)
+    lines = ds[LINE] if LINE in ds.column_names else list(range(1, len(ds) + 1))
+    checked = check_rows(
+        zip(lines, ds[opts.tokens_column], ds[opts.tags_column], strict=True),
+        where,
+        opts.tokens_column,
+        opts.tags_column,
+        opts.skip_invalid_rows,
+    )
+    for reason, n in checked.skipped.items():
+        ctx.drop(split, reason, n)
+    tags = []
+    for line, row in zip(checked.lines, checked.tags, strict=True):
+        out = []
+        for tag in row:
+            if isinstance(tag, int):
+                if names is None or not 0 <= tag < len(names):
+                    raise DataError(f"integer tag {tag} without ClassLabel names to read it", path=where, row=line)
+                tag = names[tag]
+            out.append(_normal_tag(tag, opts.scheme, where, line))
+        tags.append(out)
+    return checked.tokens, tags, checked.lines
+
+
+def _normal_tag(tag: str, scheme: str, where: str, line: int) -> str:
+    from .data import split_tag
+
+    prefix, kind = split_tag(tag.strip())
+    if prefix == "O":
+        return "O"
+    if prefix not in PREFIXES[scheme]:
+        allowed = "/".join(PREFIXES[scheme])
+        raise DataError(
+            f"tag {tag!r} is not valid in the {scheme} scheme (expected O or {allowed}-TYPE)",
+            path=where,
+            row=line,
+            hint="Set the scheme of your data with --set options.scheme=BIO (or IOB1, BIOES).",
+        )
+    return f"{prefix}-{kind}"
+
+
+@hookimpl
+def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
+    from datasets import Dataset, DatasetDict
+
+    from nlptasks.engine import get_tokenizer
+
+    from .align import encode, scored_words
+    from .data import ordered_labels, repair_sentence, split_tag
+
+    opts: NerOptions = ctx.options
+    cleaned = {split: _clean_split(ctx, split, ds) for split, ds in data.items()}
+    for split, (tokens, _, _) in cleaned.items():
+        if not tokens:
+            raise DataError("no sentences left after skipping bad rows", path=ctx.sources.get(split, split))
+
+    # Invalid transitions (I-X after O): repair and count, or stop.
+    repaired: dict[str, int] = {}
+    for split, (tokens, tags, lines) in cleaned.items():
+        for k, row in enumerate(tags):
+            fixed, first = repair_sentence(row, opts.scheme)
+            if first is None:
+                continue
+            if opts.invalid_transition == "error":
+                before = row[first - 1] if first else "the sentence start"
+                raise DataError(
+                    f"tag {row[first]!r} at word {first + 1} ({tokens[k][first]!r}) follows {before!r}: "
+                    f"it does not continue an entity in the {opts.scheme} scheme",
+                    path=ctx.sources.get(split, split),
+                    row=lines[k],
+                    hint="Fix the tag, or let nlptasks repair such tags (I-X → B-X, counted) with "
+                    "--set options.invalid_transition=repair.",
+                )
+            repaired[split] = repaired.get(split, 0) + sum(a != b for a, b in zip(row, fixed, strict=True))
+            tags[k] = fixed
+    for split, n in repaired.items():
+        ctx.log.warning("repaired %d tag(s) in %s that did not continue an entity (I-X → B-X)", n, split)
+
+    # Labels: from the recipe, or O + every prefix of each entity type seen in training.
+    if opts.labels is not None:
+        labels, origin = list(opts.labels), "options.labels"
+        if "O" not in labels:
+            raise NlptasksError("options.labels: must include 'O'", hint="e.g. --set 'options.labels=[\"O\", \"B-PER\", \"I-PER\"]'")
+    else:
+        types = {split_tag(t)[1] for row in cleaned["train"][1] for t in row} - {None}
+        labels, origin = ordered_labels({str(t) for t in types}, opts.scheme), "the training data"
+    known = set(labels)
+    for split, (tokens, tags, lines) in cleaned.items():
+        for row, line in zip(tags, lines, strict=True):
+            for tag in row:
+                if tag not in known:
+                    types_seen = sorted({split_tag(t)[1] for t in labels if t != "O"})
+                    raise DataError(
+                        f"tag {tag!r} does not occur in {origin} (entity types there: {', '.join(types_seen) or 'none'})",
+                        path=ctx.sources.get(split, split),
+                        row=line,
+                        hint="Fix the tag, or list every tag in options.labels.",
+                    )
+    ctx.labels = labels
+    label2id = {name: i for i, name in enumerate(labels)}
+    b_to_i = {label2id[t]: label2id["I" + t[1:]] for t in labels if t.startswith("B-") and "I" + t[1:] in label2id}
+
+    train_tokens = cleaned["train"][0]
+    tokenizer = get_tokenizer(ctx, corpus=(" ".join(t) for t in train_tokens))
+    if not getattr(tokenizer, "is_fast", False):
+        raise NlptasksError(
+            "ner needs a fast tokenizer (word_ids() maps sub-tokens to words); this model has a slow one",
+            hint="Pick a model with a tokenizer.json, or use [model.scratch].",
+        )
+    max_length = ctx.recipe.model.max_length
+    budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+    if opts.stride >= budget:
+        raise NlptasksError(
+            f"options.stride: {opts.stride} words of overlap leave no room for new words in a window of "
+            f"{budget} sub-tokens (model.max_length {max_length})",
+            hint=f"Use a smaller stride, e.g. --set options.stride={max(0, budget // 4)}.",
+        )
+
+    if opts.input_split == "auto":
+        words = [w for row in train_tokens for w in row]
+        single = sum(len(w) == 1 for w in words) / max(len(words), 1)
+        word_split = "char" if single >= 0.9 else "whitespace"
+    else:
+        word_split = opts.input_split
+
+    padding = "max_length" if ctx.recipe.train.padding == "max_length" else False
+    out = DatasetDict()
+    evaluation: dict[str, dict[str, Any]] = {}
+    for split, (tokens, tags, _) in cleaned.items():
+        ids = [[label2id[t] for t in row] for row in tags]
+        features, windows = encode(
+            tokenizer, tokens, max_length, opts.stride, opts.overflow, ids, opts.subword_labels, b_to_i, padding
+        )
+        out[split] = Dataset.from_dict(features)
+        lengths = [len(t) for t in tokens]
+        long = len(windows) - len(tokens) if opts.overflow == "window" else sum(
+            1 for w in windows if w.end < lengths[w.sentence]
+        )
+        ctx.log.info(
+            "%s: %d sentences → %d windows (%s sentences longer than %d sub-tokens%s)",
+            split, len(tokens), len(windows), long, max_length,
+            "" if opts.overflow == "window" else ", truncated",
+        )
+        if split != "train":
+            evaluation[split] = {
+                "windows": windows,
+                "gold": tags,
+                "lengths": lengths,
+                "words": sum(lengths),
+                "scored": scored_words(windows, lengths),
+            }
+    ctx.state["ner"] = {"eval": evaluation, "split": "validation", "repaired": repaired}
+    ctx.manifest["ner"] = {
+        "scheme": opts.scheme,
+        "subword_labels": opts.subword_labels,
+        "predict_from": "first sub-token of each word",
+        "stride": opts.stride,
+        "overflow": opts.overflow,
+        "word_split": word_split,
+    }
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Steps 5, 6, 8: model, metrics, collator
+# --------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_build_model(ctx: RunContext) -> Any:
+    from nlptasks.engine import load_model
+
+    assert ctx.labels is not None
+    return load_model(
+        ctx,
+        "AutoModelForTokenClassification",
+        num_labels=len(ctx.labels),
+        id2label=dict(enumerate(ctx.labels)),
+        label2id={name: i for i, name in enumerate(ctx.labels)},
+    )
+
+
+def sentence_predictions(info: dict[str, Any], preds: Any, labels: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """Gold and predicted tags of the scored words of every sentence, from window predictions.
+
+    :param preds: predicted label ids per window and token position (``-100`` padding allowed).
+    :returns: ``(gold, predicted)``; each sentence is cut to the words some window covers (all of
+        them, unless ``options.overflow = "truncate"``).
+    """
+    from .align import merge
+
+    windows = info["windows"]
+    if len(preds) != len(windows):
+        raise NlptasksError(f"internal error: {len(preds)} predictions for {len(windows)} windows")
+    window_preds = [[labels[int(preds[w][pos])] if pos >= 0 else None for pos in win.first] for w, win in enumerate(windows)]
+    merged = merge(windows, window_preds, info["lengths"], default="O")
+    covered = [0] * len(info["lengths"])
+    for win in windows:
+        covered[win.sentence] = max(covered[win.sentence], win.end)
+    gold = [g[:n] for g, n in zip(info["gold"], covered, strict=True)]
+    pred = [p[:n] for p, n in zip(merged, covered, strict=True)]
+    return gold, pred
+
+
+@hookimpl
+def nlptasks_metrics(ctx: RunContext) -> Any:
+    from .metrics import entity_report
+
+    labels = list(ctx.labels or [])
+    opts: NerOptions = ctx.options
+    state = ctx.state["ner"]
+
+    def compute_metrics(eval_pred: Any) -> dict[str, float]:
+        preds = eval_pred.predictions
+        if isinstance(preds, tuple):
+            preds = preds[0]
+        if preds.ndim == 3:
+            preds = preds.argmax(-1)
+        info = state["eval"][state["split"]]
+        gold, pred = sentence_predictions(info, preds, labels)
+        metrics = entity_report(gold, pred, opts.mode, opts.scheme)
+        metrics["words_scored"] = info["scored"]
+        metrics["word_coverage"] = info["scored"] / info["words"] if info["words"] else 1.0
+        return metrics
+
+    return compute_metrics
+
+
+@hookimpl
+def nlptasks_data_collator(ctx: RunContext) -> Any:
+    from transformers import DataCollatorForTokenClassification
+
+    if ctx.recipe.train.padding == "max_length":
+        return DataCollatorForTokenClassification(ctx.tokenizer, padding="max_length", max_length=ctx.recipe.model.max_length)
+    return DataCollatorForTokenClassification(ctx.tokenizer)
+
+
+@hookimpl
+def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
+    """The engine's Trainer, except that evaluation reads windows in dataset order.
+
+    transformers 5 also length-groups the *evaluation* sampler when
+    ``train_sampling_strategy = "group_by_length"``; the metrics map predictions back to
+    sentences by position, so evaluation must stay sequential.
+    """
+    from torch.utils.data import SequentialSampler
+    from transformers import Trainer
+
+    class WindowTrainer(Trainer):
+        def _get_eval_sampler(self, eval_dataset: Any) -> Any:
+            return SequentialSampler(eval_dataset)
+
+    return WindowTrainer(
+        model=model,
+        args=args,
+        train_dataset=data["train"],
+        eval_dataset=data["validation"] if "validation" in data else None,
+        processing_class=ctx.tokenizer,
+        data_collator=data_collator,
+        compute_metrics=compute_metrics,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Step 9: train, then evaluate each split on whole sentences
+# --------------------------------------------------------------------------------------------
+
+
+def _argmax(logits: Any, labels: Any) -> Any:
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(dim=-1)
+
+
+@hookimpl
+def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> dict[str, Any]:
+    """Like the engine's default, but metrics know which split's windows they score."""
+    from nlptasks.engine.training import _strip
+
+    state = ctx.state["ner"]
+    trainer.preprocess_logits_for_metrics = _argmax  # keep label ids, not logits, between batches
+    state["split"] = "validation"
+    result = trainer.train()
+    metrics: dict[str, Any] = {"train": _strip(dict(result.metrics), "train")}
+    if trainer.state.best_model_checkpoint:
+        metrics["train"]["best_step"] = int(trainer.state.best_model_checkpoint.rstrip("/").rsplit("-", 1)[-1])
+    repaired = state.get("repaired", {})
+    metrics["train"]["repaired_tags"] = repaired.get("train", 0)
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        if split in data and len(data[split]):
+            state["split"] = split
+            values = _strip(trainer.evaluate(eval_dataset=data[split], metric_key_prefix=prefix), prefix)
+            values["repaired_tags"] = repaired.get(split, 0)
+            metrics[split] = values
+    state["split"] = "validation"
+    return metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Step 10: inference
+# --------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+    if manifest.get("task") != "ner":
+        return None
+    from .predict import NerPredictor
+
+    return NerPredictor(run_dir, manifest)
