@@ -136,7 +136,7 @@ def test_a_task_of_a_broken_plugin_names_the_failure(broken_dist, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "env", [{"NLPTASKS_PLUGINS": ""}, {"NLPTASKS_PLUGINS": "something-else"}, {"NLPTASKS_BLOCK_PLUGINS": "cls,ner"}]
+    "env", [{"NLPTASKS_PLUGINS": ""}, {"NLPTASKS_PLUGINS": "something-else"}, {"NLPTASKS_BLOCK_PLUGINS": "cls,ner,pair"}]
 )
 def test_environment_limits_which_plugins_load(env):
     proc = run_cli("plugins", "--json", env=env)
