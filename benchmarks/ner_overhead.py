@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The Markdown table printed at the end (and pasted into docs/benchmarks-ner.md)."""
+    """The Markdown table printed at the end (and pasted into docs/benchmarks.md)."""
     p, n = result["results"]["plain"], result["results"]["nlptasks"]
     lines = [
         "| | plain transformers | nlptasks | nlptasks vs plain |",

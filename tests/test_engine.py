@@ -138,3 +138,16 @@ def test_hub_code_path_with_a_local_dataset_folder(run_recipe, tmp_path):
     assert set(metrics) >= {"train", "validation"}  # dev.csv became the validation split
     assert metrics["validation"]["samples_per_second"] > 0
     assert "test" not in metrics  # no test file, and a given validation split means no test carved out
+
+
+def test_a_carved_split_that_would_be_empty_is_an_error(cli, tmp_path):
+    from conftest import RECIPES, TINY
+
+    data = write_csv(tmp_path / "train.csv", [("好", "a"), ("坏", "b"), ("很好", "a"), ("很坏", "b")] * 2)
+    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress"]
+    for s in [*TINY, f"data.train={data}", "data.validation=''", "data.test=''", f"output.dir={tmp_path}"]:
+        argv += ["--set", s]
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert "data.split.validation: 0.1 of 8 training rows, split per class of 'label' leaves no rows" in err
+    assert "--set data.split.stratify=false" in err

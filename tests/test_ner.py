@@ -402,7 +402,7 @@ def test_msra_subset_from_scratch(run_recipe):
     )
     metrics = read_metrics(run_dir)
     # Measured 2026-11-23 (2 busy cores, OMP_NUM_THREADS=1, ~75 s): test F1 0.209 (LOC 0.33, PER 0.17,
-    # ORG 0.03), validation 0.132. A from-scratch model needs far more data (docs/benchmarks-ner.md).
+    # ORG 0.03), validation 0.132. A from-scratch model needs far more data (docs/benchmarks.md).
     assert metrics["test"]["word_coverage"] == 1.0
     assert metrics["test"]["f1"] > FLOOR_MSRA
 

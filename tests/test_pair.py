@@ -231,6 +231,12 @@ def test_non_numeric_score_names_file_and_row(cli, tmp_path):
     assert re.search(re.escape(str(tmp_path / "train.csv")) + r"( \([^)]*\))?:2: score is not a number \(got '很像'\)", err), err
 
 
+def test_scores_read_as_classes_is_a_clear_error(cli, tmp_path):
+    rows = [(a, b, score) for (a, b, _), score in zip(CLEAN, ["4.5", "0.8", "3.2", "1.0"] * 5, strict=True)]
+    err = run_bad(cli, [*pair_recipe(tmp_path, rows), "data.split.stratify=false"])
+    assert "the labels look like similarity scores" in err and "--set options.label_type=score" in err
+
+
 def test_missing_column_names_the_option(cli, tmp_path):
     rows = [(a, b) for a, b, _ in CLEAN]
     err = run_bad(cli, pair_recipe(tmp_path, [(a, "1") for a, _ in rows], header="text_a,label"))

@@ -238,6 +238,14 @@ def split_data(ctx: RunContext, data: DatasetDict) -> DatasetDict:
             column = None  # the task's preprocessing reports the missing column with its file
     labels = [str(v) for v in train[column]] if column else None
     parts = stratified_indices(labels, len(train), ratios, cfg.seed)
+    for name, ratio in ratios.items():
+        if not parts[name]:
+            per_class = f", split per class of {column!r}" if column else ""
+            raise NlptasksError(
+                f"data.split.{name}: {ratio:g} of {len(train)} training rows{per_class} leaves no rows for {name}",
+                hint=f"Give data.{name} as a file, raise data.split.{name}, or split without classes: "
+                "--set data.split.stratify=false",
+            )
     out = DatasetDict({"train": train.select(parts["train"])})
     source = ctx.sources.get("train", "train")
     for name in ("validation", "test"):

@@ -199,6 +199,14 @@ def class_labels(ctx: RunContext, data: Any) -> list[str]:
     else:
         labels = sort_labels({_label_text(v) for v in data["train"][opts.label_column]} - {None})  # type: ignore[arg-type]
         origin, splits = "the training data", [s for s in data if s != "train"]
+    fractional = [v for v in labels if _score(v) is not None and not float(v).is_integer()]
+    if opts.labels is None and fractional and all(_score(v) is not None for v in labels):
+        raise DataError(
+            f"the labels look like similarity scores ({len(labels)} distinct numbers such as "
+            f"{fractional[0]!r}), but options.label_type is \"classes\"",
+            path=ctx.sources.get("train"),
+            hint="Train a regression head on the scores: --set options.label_type=score",
+        )
     if len(labels) < 2:
         raise DataError(
             f"the training data has a single label ({labels[0]!r}); classes need at least two "
