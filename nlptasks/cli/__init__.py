@@ -267,6 +267,9 @@ def cmd_infer(args: argparse.Namespace) -> int:
     elif not run_dir.is_dir():
         raise NlptasksError(f"--model {run_dir}: no such folder")
     logging.getLogger("nlptasks").info("model: %s", run_dir)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # its "Loading weights" bar; ours shows the long work
     predictor = load_predictor(run_dir)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
