@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks import DataError, RunContext, TaskSpec, hookimpl
 from nlptasks.engine.data import ROW_COLUMN
+from nlptasks.labels import label_text as _label_text
+from nlptasks.labels import sort_labels
 
 
 class ClsOptions(BaseModel):
@@ -47,23 +49,6 @@ def register_tasks(register: Any) -> None:
             stratify_by=lambda options: options.label_column,
         )
     )
-
-
-def _label_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    text = str(value).strip()
-    return text or None
-
-
-def sort_labels(labels: set[str]) -> list[str]:
-    """Numeric order when every label is an integer (``2`` before ``10``), else text order."""
-    try:
-        return sorted(labels, key=int)
-    except ValueError:
-        return sorted(labels)
 
 
 @hookimpl

@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nlptasks import DataError, RunContext, TaskSpec, hookimpl
 from nlptasks.engine.data import ROW_COLUMN
+from nlptasks.labels import label_text as _label_text
+from nlptasks.labels import sort_labels
 
 
 class PairOptions(BaseModel):
@@ -107,15 +109,6 @@ def register_tasks(register: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _label_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    text = str(value).strip()
-    return text or None
-
-
 def _score(value: Any) -> float | None:
     import math
 
@@ -127,13 +120,6 @@ def _score(value: Any) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) else None
-
-
-def sort_labels(labels: set[str]) -> list[str]:
-    try:
-        return sorted(labels, key=float)
-    except ValueError:
-        return sorted(labels)
 
 
 def _row_problem(a: Any, b: Any, label: Any, opts: PairOptions) -> str | None:

@@ -1,0 +1,29 @@
+"""Class labels as task plugins read them from data: one text spelling, one sort order.
+
+Labels stay as the data spells them (``"0"``/``"1"``, ``"正面"``); a float that is a whole
+number (``1.0``, as pandas or JSON may give) is the integer's text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["label_text", "sort_labels"]
+
+
+def label_text(value: Any) -> str | None:
+    """The label as text, stripped; ``None`` for a missing or empty label."""
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).strip()
+    return text or None
+
+
+def sort_labels(labels: set[str]) -> list[str]:
+    """Numeric order when every label is an integer (``2`` before ``10``), else text order."""
+    try:
+        return sorted(labels, key=int)
+    except ValueError:
+        return sorted(labels)
