@@ -80,15 +80,9 @@ def nlptasks_trainer(
 ) -> Any:
     from transformers import Trainer
 
-    return Trainer(
-        model=model,
-        args=args,
-        train_dataset=data["train"],
-        eval_dataset=data["validation"] if "validation" in data else None,
-        processing_class=ctx.tokenizer,
-        data_collator=data_collator,
-        compute_metrics=compute_metrics,
-    )
+    from nlptasks.engine.training import build_trainer
+
+    return build_trainer(Trainer, ctx, model, args, data, data_collator, compute_metrics)
 
 
 @hookimpl(trylast=True)

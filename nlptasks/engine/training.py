@@ -171,6 +171,22 @@ def use_readable_logs(trainer: Any, ctx: RunContext, progress: bool) -> None:
             trainer.add_callback(ReadableProgress() if progress else ReadableLog())
 
 
+def build_trainer(
+    trainer_class: Any, ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+) -> Any:
+    """``trainer_class`` (``transformers.Trainer`` or a subclass) over the run's splits: what step 8b
+    builds by default, and what a plugin calls with its own Trainer subclass."""
+    return trainer_class(
+        model=model,
+        args=args,
+        train_dataset=data["train"],
+        eval_dataset=data["validation"] if "validation" in data else None,
+        processing_class=ctx.tokenizer,
+        data_collator=data_collator,
+        compute_metrics=compute_metrics,
+    )
+
+
 def _strip(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
     out = {}
     for k, v in metrics.items():

@@ -435,15 +435,9 @@ def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_col
         def _get_eval_sampler(self, eval_dataset: Any) -> Any:
             return SequentialSampler(eval_dataset)
 
-    return WindowTrainer(
-        model=model,
-        args=args,
-        train_dataset=data["train"],
-        eval_dataset=data["validation"] if "validation" in data else None,
-        processing_class=ctx.tokenizer,
-        data_collator=data_collator,
-        compute_metrics=compute_metrics,
-    )
+    from nlptasks.engine.training import build_trainer
+
+    return build_trainer(WindowTrainer, ctx, model, args, data, data_collator, compute_metrics)
 
 
 # --------------------------------------------------------------------------------------------

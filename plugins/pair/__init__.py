@@ -347,18 +347,10 @@ def nlptasks_trainer(
     opts: PairOptions = ctx.options
     if opts.mode != "bi":
         return None
+    from nlptasks.engine.training import build_trainer
     from nlptasks_plugins.pair.biencoder import make_trainer_class
 
-    trainer_class = make_trainer_class()
-    trainer = trainer_class(
-        model=model,
-        args=args,
-        train_dataset=data["train"],
-        eval_dataset=data["validation"] if "validation" in data else None,
-        processing_class=ctx.tokenizer,
-        data_collator=data_collator,
-        compute_metrics=compute_metrics,
-    )
+    trainer = build_trainer(make_trainer_class(), ctx, model, args, data, data_collator, compute_metrics)
     trainer.pooling, trainer.loss_name, trainer.scale, trainer.margin = opts.pooling, opts.loss, opts.scale, opts.margin
     return trainer
 
