@@ -21,13 +21,21 @@ if TYPE_CHECKING:
     from nlptasks.recipe import ScratchConfig
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# Decoder (causal LM) vocabularies: a pad, an unknown (unused by byte-level BPE), an end-of-text
+# and the two chat-turn markers of the ChatML template (so a from-scratch model can use it).
+DECODER_SPECIALS = ["<|pad|>", "<|unk|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def get_tokenizer(ctx: RunContext, corpus: Iterable[str] | None = None) -> PreTrainedTokenizerBase:
+def get_tokenizer(
+    ctx: RunContext, corpus: Iterable[str] | None = None, style: str = "encoder"
+) -> PreTrainedTokenizerBase:
     """The run's tokenizer, made once and kept in ``ctx.tokenizer``.
 
     :param corpus: training texts; needed for from-scratch models (the vocabulary is built from
         them), ignored for pretrained ones.
+    :param style: for from-scratch vocabularies: ``"encoder"`` (BERT-style ``[CLS] a [SEP]``
+        framing) or ``"decoder"`` (causal LMs: no framing, ``<|endoftext|>`` as end of sequence,
+        ChatML turn markers, spaces and newlines kept; needs ``model.scratch.tokenizer = "bpe"``).
     """
     if ctx.tokenizer is not None:
         return ctx.tokenizer
@@ -38,7 +46,20 @@ def get_tokenizer(ctx: RunContext, corpus: Iterable[str] | None = None) -> PreTr
         if corpus is None:
             raise NlptasksError("a from-scratch model needs the training texts to build its vocabulary")
         assert model.scratch is not None
-        tokenizer = build_tokenizer(list(corpus), model.scratch, model.max_length)
+        if style == "decoder" and model.scratch.tokenizer != "bpe":
+            from nlptasks.errors import Problem, RecipeError
+
+            raise RecipeError(
+                "recipe",
+                [
+                    Problem(
+                        "model.scratch.tokenizer",
+                        f"{model.scratch.tokenizer!r} drops spaces and newlines, which a text generator must "
+                        "reproduce; use 'bpe' (byte-level) for this task",
+                    )
+                ],
+            )
+        tokenizer = build_tokenizer(list(corpus), model.scratch, model.max_length, style=style)
         ctx.log.info(
             "built a %s vocabulary of %d tokens from the training texts",
             model.scratch.tokenizer,
@@ -77,8 +98,11 @@ def _char_vocab(texts: list[str], cfg: ScratchConfig) -> dict[str, int]:
     return vocab
 
 
-def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int) -> Any:
-    """Build a BERT-style tokenizer (``[CLS] a [SEP] b [SEP]``) from ``texts``."""
+def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int, style: str = "encoder") -> Any:
+    """Build a tokenizer from ``texts``: BERT-style (``[CLS] a [SEP] b [SEP]``) for
+    ``style="encoder"``, GPT-style (byte-level, no framing) for ``style="decoder"``."""
+    if style == "decoder":
+        return _build_decoder_tokenizer(texts, cfg, max_length)
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -143,6 +167,45 @@ def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int) -> An
         model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
     check_tokenizer(wrapped, expected, texts[:200])
+    return wrapped
+
+
+def _build_decoder_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int) -> Any:
+    """Byte-level BPE for causal LMs: every string round-trips (spaces, newlines, any script)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [t for t in texts if isinstance(t, str) and t.strip()]
+    if not texts:
+        raise NlptasksError("cannot build a vocabulary: the training texts are empty")
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), *([normalizers.Lowercase()] if cfg.lowercase else [])])
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=cfg.vocab_size,
+        min_frequency=cfg.min_frequency,
+        special_tokens=DECODER_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="<|unk|>",
+        pad_token="<|pad|>",
+        eos_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        model_max_length=max_length,
+        model_input_names=["input_ids", "attention_mask"],
+    )
+    check_tokenizer(wrapped, tok.get_vocab_size(), texts[:200])
+    sample = texts[0]
+    if wrapped.decode(wrapped(sample, add_special_tokens=False)["input_ids"]) != normalizers.NFC().normalize_str(
+        sample.lower() if cfg.lowercase else sample
+    ):
+        raise NlptasksError("internal error: the built byte-level tokenizer does not round-trip a training text")
     return wrapped
 
 

@@ -1,0 +1,430 @@
+"""``sft``: supervised fine-tuning of a causal LM on instructions or chats.
+
+The whole task lives here: options, preprocessing with a loss mask from character offsets (step
+4), the decoder (5), the collator with optional packing (8a), a Trainer that reports perplexity
+and, optionally, a generation metric (8b, 9), and generation at inference (10).
+
+Data: the alpaca shape (``instruction``, ``input``, ``output``) or the chat shape (``messages``
+with ``role``/``content``), from jsonl/json files or a hub dataset.  Each example is rendered with
+a chat template that is stored with the run's tokenizer (see ``templates.py``); only the
+assistant's tokens are in the loss.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nlptasks import DataError, RecipeError, RunContext, TaskSpec, hookimpl
+from nlptasks.engine.data import ROW_COLUMN
+from nlptasks.errors import Problem
+
+
+class GenerationEval(BaseModel):
+    """Greedy generation on a fixed validation subset, scored and logged beside the loss."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every_steps: int = Field(
+        0, ge=0, description="Also score during training every N optimizer steps (0: only after training)."
+    )
+    rows: int = Field(16, ge=1, description="How many validation (and test) rows to generate for.")
+    metric: Literal["rouge_l", "char_f1", "exact_match"] = Field(
+        "rouge_l", description="Score of a generated answer against the reference answer."
+    )
+    max_new_tokens: int = Field(64, ge=1, description="Longest generated answer, in tokens.")
+
+
+class SftOptions(BaseModel):
+    """Options of the ``sft`` task (the recipe's ``[options]`` table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: Literal["auto", "alpaca", "chat"] = Field(
+        "auto",
+        description="Row shape: 'alpaca' (instruction/input/output), 'chat' (messages), or 'auto' "
+        "(by the columns present).",
+    )
+    instruction_column: str = Field("instruction", description="Alpaca shape: the instruction column.")
+    input_column: str = Field("input", description="Alpaca shape: the optional input column (appended to the instruction).")
+    output_column: str = Field("output", description="Alpaca shape: the response column.")
+    messages_column: str = Field("messages", description="Chat shape: the column with the list of {role, content} turns.")
+    template: Literal["auto", "chatml", "alpaca", "tokenizer"] = Field(
+        "auto",
+        description="Chat template, stored with the run: 'tokenizer' (the tokenizer's own), 'chatml', "
+        "'alpaca', or 'auto' (the tokenizer's own if it has one, else chatml for from-scratch models "
+        "and alpaca for pretrained ones).",
+    )
+    system: str | None = Field(
+        None, description="System prompt added to conversations without one (stored; used at inference too)."
+    )
+    packing: bool = Field(
+        False,
+        description="Concatenate each micro-batch into one padding-free sequence; positions restart "
+        "and attention stays within each example (checked on the model before training).",
+    )
+    no_response: Literal["error", "drop"] = Field(
+        "error",
+        description="An example whose response is cut away entirely by model.max_length: stop with an "
+        "error naming the row, or drop it (counted).",
+    )
+    skip_bad_rows: bool = Field(
+        False, description="Skip (and count) malformed rows instead of stopping with an error naming the row."
+    )
+    generation_eval: GenerationEval | None = Field(
+        None, description="Optional generation metric on validation/test rows (see [options.generation_eval])."
+    )
+
+
+@hookimpl
+def register_tasks(register: Any) -> None:
+    register(
+        TaskSpec(
+            name="sft",
+            description="Instruction / chat fine-tuning of a causal LM (loss on responses only; perplexity).",
+            options=SftOptions,
+            best_metric="loss",
+            greater_is_better=False,
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 4: conversations → token ids and a loss mask
+# ---------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
+    from datasets import DatasetDict
+
+    from nlptasks.engine import get_tokenizer
+
+    from .data import RowProblem, detect_shape, reference, to_messages
+    from .templates import choose_template, loss_labels, stop_token_ids, supervised_spans
+
+    opts: SftOptions = ctx.options
+    conversations: dict[str, list[tuple[int, list[dict[str, str]]]]] = {}
+    references: dict[str, list[str | None]] = {}
+    for split, ds in data.items():
+        where = ctx.sources.get(split, split)
+        try:
+            shape = detect_shape(ds.column_names, opts)
+        except RowProblem as exc:
+            raise DataError(str(exc), path=where, hint="Name the columns in [options] (see `nlptasks schema`).") from None
+        rows = ds[ROW_COLUMN] if ROW_COLUMN in ds.column_names else list(range(1, len(ds) + 1))
+        kept, refs, bad = [], [], 0
+        for row_number, row in zip(rows, ds, strict=True):
+            try:
+                kept.append((row_number, to_messages(row, shape, opts)))
+                refs.append(reference(row, shape, opts))
+            except RowProblem as exc:
+                if not opts.skip_bad_rows:
+                    raise DataError(
+                        str(exc), path=where, row=row_number,
+                        hint="Fix the row, or skip such rows with --set options.skip_bad_rows=true.",
+                    ) from None
+                bad += 1
+        ctx.drop(split, "malformed", bad)
+        if not kept:
+            raise DataError("no usable rows", path=where)
+        conversations[split], references[split] = kept, refs
+    ctx.manifest["shape"] = shape
+
+    corpus = (m["content"] for _, conv in conversations["train"] for m in conv)
+    tokenizer = get_tokenizer(ctx, corpus=corpus, style="decoder")
+    if tokenizer.pad_token_id is None:  # many decoders ship without one; padding is masked anyway
+        tokenizer.pad_token = tokenizer.eos_token
+    template = choose_template(opts.template, tokenizer, scratch=ctx.recipe.model.scratch is not None)
+    stops = stop_token_ids(tokenizer, template.stop_tokens)
+    if not stops:
+        raise RecipeError("recipe", [Problem("options.template", "the tokenizer has no eos token and the template no end-of-turn token: generation could never stop")])
+    ctx.state["stop_ids"] = stops
+    ctx.log.info("template %s (stored with the tokenizer); generation stops at %s", template.name,
+                 ", ".join(tokenizer.convert_ids_to_tokens(stops)))
+
+    max_length = ctx.recipe.model.max_length
+    out = DatasetDict()
+    for split, items in conversations.items():
+        where = ctx.sources.get(split, split)
+        columns: dict[str, list[Any]] = {"input_ids": [], "attention_mask": [], "labels": [], ROW_COLUMN: []}
+        cut = 0
+        for row_number, messages in items:
+            try:
+                text, spans = supervised_spans(tokenizer, messages)
+            except ValueError as exc:
+                raise DataError(str(exc), path=where, row=row_number, hint="Use a built-in template: --set options.template=chatml") from None
+            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=True, max_length=max_length)
+            labels = loss_labels(enc["input_ids"], enc["offset_mapping"], spans)
+            if all(v == -100 for v in labels):
+                if opts.no_response == "error":
+                    raise DataError(
+                        f"the response is cut away entirely: the prompt alone fills model.max_length ({max_length} tokens)",
+                        path=where, row=row_number,
+                        hint="Raise --set model.max_length=N, or drop such rows with --set options.no_response=drop.",
+                    )
+                cut += 1
+                continue
+            columns["input_ids"].append(enc["input_ids"])
+            columns["attention_mask"].append(enc["attention_mask"])
+            columns["labels"].append(labels)
+            columns[ROW_COLUMN].append(row_number)
+        ctx.drop(split, "response cut away by max_length", cut)
+        if not columns["input_ids"]:
+            raise DataError("no rows left with a response inside model.max_length", path=where)
+        from datasets import Dataset
+
+        out[split] = Dataset.from_dict(columns)
+        supervised = sum(sum(1 for v in labels if v != -100) for labels in columns["labels"])
+        total = sum(len(ids) for ids in columns["input_ids"])
+        ctx.log.info("%s: %d examples, %s tokens, %s in the loss (%.0f%%)", split, len(out[split]),
+                     f"{total:,}", f"{supervised:,}", 100 * supervised / max(1, total))
+
+    gen = opts.generation_eval
+    if gen is not None:
+        ctx.state["generation_rows"] = {
+            split: [
+                ([m for m in messages[:-1]], ref)
+                for (_, messages), ref in zip(conversations[split], references[split], strict=True)
+                if ref
+            ][: gen.rows]
+            for split in ("validation", "test")
+            if split in conversations
+        }
+    ctx.manifest.update(
+        template=template.name,
+        template_sha256=template.sha256,
+        stop_tokens=tokenizer.convert_ids_to_tokens(stops),
+        system=opts.system,
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 5: the decoder
+# ---------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_build_model(ctx: RunContext) -> Any:
+    from nlptasks.engine import load_model
+
+    tokenizer = ctx.tokenizer
+    extra = {}
+    if ctx.recipe.model.scratch is not None:
+        scratch = ctx.recipe.model.scratch
+        extra = {
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            # llama/qwen2 configs default to 32 key/value heads, whatever the number of heads
+            "num_key_value_heads": scratch.extra.get("num_key_value_heads", scratch.heads),
+        }
+    model = load_model(ctx, "AutoModelForCausalLM", **extra)
+    embeddings = model.get_input_embeddings().weight.shape[0]
+    if len(tokenizer) > embeddings:  # the template added end-of-turn tokens to a pretrained vocabulary
+        ctx.log.info("resizing the embeddings from %d to %d tokens (template tokens added)", embeddings, len(tokenizer))
+        model.resize_token_embeddings(len(tokenizer))
+    stops = ctx.state["stop_ids"]
+    model.generation_config.eos_token_id = stops
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if getattr(model.config, "use_cache", None) is not None:
+        model.config.use_cache = False  # no KV cache while training; generation turns it on
+    if ctx.options.packing:
+        check_packing(model)
+    return model
+
+
+def check_packing(model: Any) -> None:
+    """Fail unless the model keeps packed examples apart: the logits of an example packed after
+    another must equal its logits alone (same positions restart, no attention across)."""
+    import torch
+
+    vocab = model.get_input_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(0, vocab, (1, 5), generator=gen)
+    b = torch.randint(0, vocab, (1, 4), generator=gen)
+    packed = torch.cat([a, b], dim=1)
+    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        alone = model(input_ids=b).logits[0]
+        together = model(input_ids=packed, position_ids=positions).logits[0, 5:]
+    model.train(was_training)
+    if not torch.allclose(alone, together, atol=1e-4, rtol=1e-3):
+        attn = getattr(model.config, "_attn_implementation", "?")
+        raise RecipeError(
+            "recipe",
+            [
+                Problem(
+                    "options.packing",
+                    f"{type(model).__name__} (attention {attn!r}) lets packed examples attend to each other, "
+                    "so packing would change what the model learns",
+                )
+            ],
+            hint="Turn packing off (--set options.packing=false), or use a model whose attention honours "
+            "restarting position ids (llama, qwen2, mistral...).",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps 8 and 9: collator, trainer with perplexity and the generation metric
+# ---------------------------------------------------------------------------------------------
+
+
+@hookimpl
+def nlptasks_data_collator(ctx: RunContext) -> Any:
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening
+
+    if ctx.options.packing:
+        return DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+    fixed = ctx.recipe.train.padding == "max_length"
+    return DataCollatorForSeq2Seq(
+        ctx.tokenizer,
+        padding="max_length" if fixed else True,
+        max_length=ctx.recipe.model.max_length if fixed else None,
+        label_pad_token_id=-100,
+    )
+
+
+@hookimpl
+def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
+    from transformers import Trainer, TrainerCallback
+
+    from nlptasks.engine.training import build_trainer
+
+    class SftTrainer(Trainer):
+        """Adds ``perplexity`` (exp of the loss) to every evaluation it logs and returns."""
+
+        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            for prefix in ("eval", "test"):
+                loss = logs.get(f"{prefix}_loss")
+                if isinstance(loss, float):
+                    logs[f"{prefix}_perplexity"] = math.exp(min(loss, 50.0))
+            super().log(logs, *args, **kwargs)
+
+    trainer = build_trainer(SftTrainer, ctx, model, args, data, data_collator, compute_metrics)
+    gen = ctx.options.generation_eval
+    rows = ctx.state.get("generation_rows", {}).get("validation")
+    if gen is not None and gen.every_steps and rows:
+
+        class GenerationMetric(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+                if state.global_step % gen.every_steps == 0 and state.is_world_process_zero:
+                    value = generation_score(ctx, model, "validation")
+                    trainer.log({f"eval_gen_{gen.metric}": value})
+
+        trainer.add_callback(GenerationMetric())
+    return trainer
+
+
+def generation_score(ctx: RunContext, model: Any, split: str) -> float:
+    from .generate import GenerationSettings, generate
+    from .metrics import score
+
+    gen = ctx.options.generation_eval
+    rows = ctx.state["generation_rows"][split]
+    predictions = generate(
+        model, ctx.tokenizer, [messages for messages, _ in rows], ctx.state["stop_ids"],
+        GenerationSettings(max_new_tokens=gen.max_new_tokens), max_length=ctx.recipe.model.max_length,
+    )
+    return score(gen.metric, predictions, [ref for _, ref in rows])
+
+
+@hookimpl
+def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
+    from nlptasks.engine.training import train_and_evaluate
+
+    metrics = train_and_evaluate(ctx, trainer, data)
+    gen = ctx.options.generation_eval
+    if gen is not None:
+        for split, rows in ctx.state.get("generation_rows", {}).items():
+            if rows and split in metrics:
+                value = generation_score(ctx, trainer.model, split)
+                metrics[split][f"gen_{gen.metric}"] = value
+                ctx.log.info("%s: %s %.4f over %d generated answers", split, gen.metric, value, len(rows))
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 10: generation
+# ---------------------------------------------------------------------------------------------
+
+
+class SftPredictor:
+    """Prompts (strings, alpaca rows or chat rows) → ``{"prompt", "response"}``, batched."""
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 16) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from .generate import GenerationSettings
+        from .templates import stop_token_ids
+
+        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise DataError(f"{run_dir}: the run's tokenizer has no chat template (not an sft run?)")
+        self.model = AutoModelForCausalLM.from_pretrained(run_dir)
+        self.model.eval()
+        self.model.config.use_cache = True
+        self.manifest = manifest
+        self.options = SftOptions.model_validate(manifest.get("options", {}))
+        self.stop_ids = stop_token_ids(self.tokenizer, manifest.get("stop_tokens", []))
+        self.max_length = manifest.get("max_length")
+        self.batch_size = batch_size
+        self.settings = GenerationSettings()
+
+    def configure_generation(self, max_new_tokens: int | None = None, temperature: float | None = None,
+                             top_p: float | None = None) -> None:
+        """``nlptasks infer --max-new-tokens/--temperature/--top-p``."""
+        if max_new_tokens is not None:
+            self.settings.max_new_tokens = max_new_tokens
+        if temperature is not None:
+            self.settings.temperature = temperature
+        if top_p is not None:
+            self.settings.top_p = top_p
+
+    def conversation(self, item: Any, index: int) -> tuple[str, list[dict[str, str]]]:
+        from .data import RowProblem, detect_shape, to_messages
+
+        opts = self.options
+        if isinstance(item, str):
+            row, shape = {opts.instruction_column: item}, "alpaca"
+        elif isinstance(item, dict):
+            row = item
+            try:
+                shape = detect_shape(list(item), opts.model_copy(update={"shape": "auto"}))
+            except RowProblem:
+                shape = "alpaca" if opts.instruction_column in item else ""
+                if not shape:
+                    raise DataError(
+                        f"no {opts.instruction_column!r} or {opts.messages_column!r} field; fields: {', '.join(item)}",
+                        row=index + 1,
+                    ) from None
+        else:
+            raise DataError(f"cannot read input of type {type(item).__name__}", row=index + 1)
+        try:
+            messages = to_messages(row, shape, opts, need_answer=False)
+        except RowProblem as exc:
+            raise DataError(str(exc), row=index + 1) from None
+        prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        return prompt, messages
+
+    def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        from .generate import generate
+
+        pairs = [self.conversation(item, i) for i, item in enumerate(inputs)]
+        responses = generate(
+            self.model, self.tokenizer, [m for _, m in pairs], self.stop_ids, self.settings,
+            batch_size=self.batch_size, max_length=self.max_length,
+        )
+        return [{"prompt": p, "response": r} for (p, _), r in zip(pairs, responses, strict=True)]
+
+
+@hookimpl
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+    if manifest.get("task") != "sft":
+        return None
+    return SftPredictor(run_dir, manifest)
