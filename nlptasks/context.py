@@ -75,6 +75,10 @@ class Predictor(Protocol):
     Optional, for ranking (``nlptasks infer --candidates FILE --top-k K``): a predictor may
     implement ``rank(queries, candidates, top_k) -> list[dict]``, one dict per query with its
     ``top_k`` best candidates; the CLI says plainly when a run's predictor cannot rank.
+
+    Optional, for tasks that generate text (``nlptasks infer --max-new-tokens N --temperature T
+    --top-p P``): ``configure_generation(max_new_tokens=None, temperature=None, top_p=None)``;
+    the CLI passes only the settings given and says plainly when a task does not generate.
     """
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]: ...

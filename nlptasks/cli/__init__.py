@@ -22,6 +22,8 @@ examples:
   nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
   nlptasks infer --task cls "服务很好"                label a text with the latest cls run
   nlptasks infer --task pair "怎么退款" "如何申请退款"  score a sentence pair
+  nlptasks infer --task sft "湖畔酒店几点可以入住？"      generate an answer with the latest sft run
+  nlptasks inspect-batch recipes/sft.toml            show the tokens a recipe feeds the model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
   nlptasks plugins                                   list plugins, tasks and hooks
 """
@@ -71,7 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
                         "whose predictor can rank (pair in bi-encoder mode)")
     p.add_argument("--top-k", type=int, default=5, metavar="K", help="with --candidates: best K per input (default: 5)")
+    g = p.add_argument_group("generation (tasks that generate text, e.g. sft)")
+    g.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer in tokens (default: 128)")
+    g.add_argument("--temperature", type=float, metavar="T", help="sample with this temperature (default: 0, greedy)")
+    g.add_argument("--top-p", type=float, metavar="P", help="with --temperature: nucleus sampling mass (default: 1.0)")
     p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("inspect-batch", help="show the tokens a recipe feeds the model, and which are in the loss",
+                       description="Run steps 1-4 of a recipe (no model, no training) and print examples token by "
+                                   "token with their labels; fail if an example has no token in the loss.")
+    p.add_argument("recipe", help="recipe file (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (repeatable)")
+    p.add_argument("--split", default="train", help="which split to show (default: train)")
+    p.add_argument("--rows", type=int, default=3, help="how many examples to show (default: 3)")
+    p.set_defaults(func=cmd_inspect_batch)
 
     p = sub.add_parser("plugins", help="list installed plugins, their tasks and hooks",
                        description="List installed plugins, the tasks they provide and the hooks they implement.")
@@ -273,6 +289,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     predictor = load_predictor(run_dir)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
+    _configure_generation(args, predictor, run_dir)
     fmt = _chosen_format(args, predictor, run_dir)
     if fmt is not None:
         if args.candidates is not None:
@@ -292,6 +309,27 @@ def cmd_infer(args: argparse.Namespace) -> int:
     for result in results:
         print(json.dumps(result, ensure_ascii=False))
     return 0
+
+
+def _configure_generation(args: argparse.Namespace, predictor: Any, run_dir: Path) -> None:
+    """Pass --max-new-tokens/--temperature/--top-p to a predictor that generates."""
+    from nlptasks.errors import NlptasksError
+
+    given = {k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p") if getattr(args, k) is not None}
+    if not given:
+        return
+    configure = getattr(predictor, "configure_generation", None)
+    if configure is None:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise NlptasksError(f"{flags}: the {_task_of(run_dir)!r} task does not generate text",
+                            hint="Generation settings apply to generating tasks such as sft.")
+    if given.get("max_new_tokens", 1) < 1:
+        raise NlptasksError("--max-new-tokens must be at least 1")
+    if given.get("temperature", 0) < 0:
+        raise NlptasksError("--temperature must be 0 (greedy) or more")
+    if not 0 < given.get("top_p", 1.0) <= 1:
+        raise NlptasksError("--top-p must be in (0, 1]")
+    configure(**given)
 
 
 def _chosen_format(args: argparse.Namespace, predictor: Any, run_dir: Path) -> str | None:
@@ -339,6 +377,20 @@ def _task_of(run_dir: Path) -> str:
         return json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8")).get("task", "?")
     except (OSError, ValueError):
         return "?"
+
+
+def cmd_inspect_batch(args: argparse.Namespace) -> int:
+    from nlptasks.errors import NlptasksError
+    from nlptasks.recipe import load_recipe
+
+    if args.rows < 1:
+        raise NlptasksError("--rows must be at least 1")
+    loaded = load_recipe(args.recipe, args.overrides)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from nlptasks.engine.inspect import inspect_batch
+
+    inspect_batch(loaded, split=args.split, rows=args.rows)
+    return 0
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

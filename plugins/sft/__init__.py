@@ -134,7 +134,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         conversations[split], references[split] = kept, refs
     ctx.manifest["shape"] = shape
 
-    corpus = (m["content"] for _, conv in conversations["train"] for m in conv)
+    # The template's own words (role names, alpaca headers) belong in a from-scratch vocabulary too.
+    markers = "user\nassistant\nsystem\n### Instruction:\n### Response:\n"
+    corpus = (text for _, conv in conversations["train"] for text in (markers, *(m["content"] for m in conv)))
     tokenizer = get_tokenizer(ctx, corpus=corpus, style="decoder")
     if tokenizer.pad_token_id is None:  # many decoders ship without one; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token
@@ -251,8 +253,8 @@ def check_packing(model: Any) -> None:
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        alone = model(input_ids=b).logits[0]
-        together = model(input_ids=packed, position_ids=positions).logits[0, 5:]
+        alone = model(input_ids=b, use_cache=False).logits[0]
+        together = model(input_ids=packed, position_ids=positions, use_cache=False).logits[0, 5:]
     model.train(was_training)
     if not torch.allclose(alone, together, atol=1e-4, rtol=1e-3):
         attn = getattr(model.config, "_attn_implementation", "?")

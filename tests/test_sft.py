@@ -1,0 +1,406 @@
+"""The ``sft`` task: templates and offset-based loss masks, data shapes and dirty rows, packing,
+inspect-batch, generation at inference, a memorization run, and real data (alpaca_zh/en)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, read_metrics, shared
+
+QUICKSTART = RECIPES / "sft.toml"
+DEMO_TRAIN = RECIPES / "data" / "sft" / "train.jsonl"
+# A decoder small enough for seconds-long runs.
+TINY_DECODER = [
+    "model.scratch.layers=1",
+    "model.scratch.hidden=64",
+    "model.scratch.heads=2",
+    "model.scratch.intermediate=128",
+    "model.scratch.min_frequency=1",
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def demo_rows(n: int) -> list[dict]:
+    lines = DEMO_TRAIN.read_text(encoding="utf-8").splitlines()[:n]
+    return [json.loads(line) for line in lines]
+
+
+def sets(*items: str) -> list[str]:
+    argv: list[str] = []
+    for item in items:
+        argv += ["--set", item]
+    return argv
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from nlptasks.engine.tokenization import build_tokenizer
+    from nlptasks.recipe import ScratchConfig
+
+    texts = [r["instruction"] + r["output"] for r in demo_rows(200)] + ["user assistant system ### Instruction: ### Response:"] * 3
+    return build_tokenizer(texts, ScratchConfig(tokenizer="bpe", vocab_size=600, min_frequency=1), 128, style="decoder")
+
+
+def in_loss(tok, messages):
+    """The text of the tokens in the loss, per contiguous run."""
+    from nlptasks_plugins.sft.templates import loss_labels, supervised_spans
+
+    text, spans = supervised_spans(tok, messages)
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    labels = loss_labels(enc["input_ids"], enc["offset_mapping"], spans)
+    runs, current = [], []
+    for tid, label in zip(enc["input_ids"], labels, strict=True):
+        if label != -100:
+            assert label == tid
+            current.append(tid)
+        elif current:
+            runs.append(tok.decode(current)), current.clear()
+    if current:
+        runs.append(tok.decode(current))
+    return runs
+
+
+CHAT = [
+    {"role": "system", "content": "你是酒店客服。"},
+    {"role": "user", "content": "湖畔酒店几点可以入住？"},
+    {"role": "assistant", "content": "下午两点以后。"},
+    {"role": "user", "content": "有早餐吗？"},
+    {"role": "assistant", "content": "含双人早餐。"},
+]
+
+
+# --- templates and masks -----------------------------------------------------------------------
+
+
+def test_chatml_mask_covers_exactly_the_assistant_turns(tokenizer):
+    import copy
+
+    from nlptasks_plugins.sft.templates import choose_template
+
+    tok = copy.deepcopy(tokenizer)
+    template = choose_template("auto", tok, scratch=True)
+    assert template.name == "chatml" and template.stop_tokens == ("<|im_end|>",)
+    assert in_loss(tok, CHAT) == ["下午两点以后。<|im_end|>", "含双人早餐。<|im_end|>"]
+
+
+def test_alpaca_mask_includes_the_eos_token(tokenizer):
+    import copy
+
+    from nlptasks_plugins.sft.templates import choose_template, render
+
+    tok = copy.deepcopy(tokenizer)
+    choose_template("alpaca", tok, scratch=True)
+    messages = [{"role": "user", "content": "重复下面这句话。\n\n早餐在二楼餐厅。"}, {"role": "assistant", "content": "早餐在二楼餐厅。"}]
+    assert in_loss(tok, messages) == ["早餐在二楼餐厅。<|endoftext|>"]
+    assert render(tok, messages[:1], generation_prompt=True).endswith("### Response:\n")
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused(tokenizer):
+    import copy
+
+    from nlptasks_plugins.sft.templates import supervised_spans
+
+    tok = copy.deepcopy(tokenizer)
+    # Puts the number of turns first: every longer rendering changes the beginning.
+    tok.chat_template = "{{ messages|length }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ValueError, match="prefix-stable"):
+        supervised_spans(tok, CHAT)
+
+
+def test_template_tokenizer_without_one_is_a_recipe_error(tokenizer):
+    import copy
+
+    from nlptasks import NlptasksError
+    from nlptasks_plugins.sft.templates import choose_template
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = None
+    with pytest.raises(NlptasksError, match="options.template"):
+        choose_template("tokenizer", tok, scratch=False)
+
+
+def test_generation_metrics():
+    from nlptasks_plugins.sft.metrics import char_f1, exact_match, rouge_l
+
+    assert exact_match(" 杭州 ", "杭州") == 1.0 and exact_match("杭州市", "杭州") == 0.0
+    assert char_f1("杭州", "杭州") == 1.0 and char_f1("南京", "杭州") == 0.0
+    assert rouge_l("the cat sat", "the cat sat down") == pytest.approx(2 * 1 * 0.75 / 1.75)
+    assert rouge_l("下午两点", "下午三点") == pytest.approx(0.75)
+
+
+# --- packing -----------------------------------------------------------------------------------
+
+
+def test_packed_batch_has_the_same_loss_as_the_padded_batch():
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorWithFlattening
+
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model("qwen2", vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               num_key_value_heads=2, intermediate_size=64, use_cache=False)
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    examples = [
+        {"input_ids": [5, 6, 7, 8, 9, 10], "labels": [-100, -100, -100, 8, 9, 10]},
+        {"input_ids": [11, 12, 13], "labels": [-100, 12, 13]},
+    ]
+    packed = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)(examples)
+    assert packed["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2]]
+    width = 6
+    padded = {
+        "input_ids": torch.tensor([e["input_ids"] + [0] * (width - len(e["input_ids"])) for e in examples]),
+        "attention_mask": torch.tensor([[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in examples]),
+        "labels": torch.tensor([e["labels"] + [-100] * (width - len(e["labels"])) for e in examples]),
+    }
+    with torch.no_grad():
+        loss_packed = model(**packed).loss
+        loss_padded = model(**padded).loss
+    assert loss_packed.item() == pytest.approx(loss_padded.item(), abs=1e-5)
+
+
+def test_packing_refuses_a_model_whose_attention_crosses_examples():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from nlptasks import RecipeError
+    from nlptasks_plugins.sft import check_packing
+
+    ok = AutoModelForCausalLM.from_config(AutoConfig.for_model(
+        "llama", vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+        intermediate_size=64))
+    check_packing(ok)
+    bloom = AutoModelForCausalLM.from_config(AutoConfig.for_model(  # ALiBi: no position ids to restart
+        "bloom", vocab_size=50, hidden_size=32, n_layer=1, n_head=2))
+    with pytest.raises(RecipeError, match="options.packing"):
+        check_packing(bloom)
+
+
+# --- dirty data and truncation -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"instruction": "问题", "input": "", "output": ""}, "empty 'output'"),
+        ({"instruction": "", "input": "x", "output": "答"}, "empty 'instruction'"),
+        ({"messages": [{"role": "user", "content": "你好"}]}, "last turn must be the assistant"),
+        ({"messages": [{"role": "robot", "content": "你好"}, {"role": "assistant", "content": "好"}]}, "unknown role 'robot'"),
+        ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"},
+                       {"role": "assistant", "content": "c"}]}, "system turn may only come first"),
+    ],
+)
+def test_malformed_rows_name_the_file_and_row(tmp_path, cli, row, message):
+    good = demo_rows(5)
+    if "messages" in row:
+        good = [{"messages": [{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": r["output"]}]}
+                for r in good]
+    train = write_jsonl(tmp_path / "train.jsonl", [*good[:3], row, *good[3:]])
+    code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={train}", "data.validation=", "data.test="))
+    assert code == 2
+    assert re.search(rf"{re.escape(str(train))}[^:]*:4: ", err), err  # file (and how it was split), row 4
+    assert message in err and "skip_bad_rows" in err and "Traceback" not in err
+
+
+def test_skip_bad_rows_counts_them(tmp_path, cli):
+    rows = demo_rows(20)
+    rows[3]["output"] = ""
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={train}", "data.validation=", "data.test=",
+                                                          "options.skip_bad_rows=true", "data.split.validation=0.2"))
+    assert code == 0, err
+    assert "1 malformed" in out
+
+
+def test_a_response_cut_away_by_max_length_is_an_error_or_a_counted_drop(tmp_path, cli):
+    rows = demo_rows(20)
+    rows[5]["instruction"] = "请仔细阅读下面这段很长的说明。" * 30
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    base = sets(f"data.train={train}", "data.validation=", "data.test=", "data.split.validation=0.2", "data.split.seed=1")
+    code, out, err = cli("inspect-batch", QUICKSTART, *base)
+    assert code == 2
+    assert "response is cut away entirely" in err and re.search(rf"{re.escape(str(train))}[^:]*:6: ", err) and "options.no_response=drop" in err
+    code, out, err = cli("inspect-batch", QUICKSTART, *base, "--set", "options.no_response=drop")
+    assert code == 0, err
+    assert "1 response cut away by max_length" in out
+
+
+def test_inspect_batch_shows_tokens_and_loss_flags(cli):
+    code, out, err = cli("inspect-batch", QUICKSTART, "--rows", "2")
+    assert code == 0, err
+    assert out.count("\nexample ") == 2
+    first = json.loads(DEMO_TRAIN.read_text(encoding="utf-8").splitlines()[0])
+    assert f"«{first['output']}<|im_end|>»" in out  # exactly the answer and its end-of-turn marker
+    assert "<|im_start|>" in out and "ok: every example has tokens in the loss" in out
+
+
+def test_inspect_batch_fails_when_an_example_has_no_token_in_the_loss(tmp_path, cli):
+    from nlptasks.engine.inspect import inspect_batch
+    from nlptasks.recipe import load_recipe
+
+    from nlptasks import NlptasksError
+
+    # cls has one label per example: nothing to flag.  For sft the check is on the token labels,
+    # so strip them after step 4 and check the command notices.
+    loaded = load_recipe(QUICKSTART, ["data.max_train_rows=10", "data.max_eval_rows=4"])
+    import nlptasks.engine.inspect as inspect
+
+    real = inspect.preprocessed
+
+    def without_labels(loaded, host=None):
+        ctx, data = real(loaded, host)
+        data["train"] = data["train"].map(lambda e: {"labels": [-100] * len(e["labels"])})
+        return ctx, data
+
+    inspect.preprocessed = without_labels
+    try:
+        with pytest.raises(NlptasksError, match=r"10 example\(s\) have no token in the loss"):
+            inspect_batch(loaded, rows=1, out=lambda line: None)
+    finally:
+        inspect.preprocessed = real
+
+
+# --- runs: memorization, inference, packing ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def memorized(tmp_path_factory):
+    """~32 examples, many epochs: greedy generation must give back the trained answers."""
+    from nlptasks.cli import main
+
+    tmp = tmp_path_factory.mktemp("sft")
+    data = write_jsonl(tmp / "mem.jsonl", demo_rows(32))
+    argv = ["run", str(QUICKSTART), "--no-progress", *sets(
+        f"data.train={data}", f"data.validation={data}", "data.test=", "model.scratch.hidden=64",
+        "model.scratch.intermediate=256", "model.scratch.min_frequency=1", "train.epochs=40", "train.batch_size=8",
+        "train.eval_strategy=no", "options.generation_eval.rows=32", "options.generation_eval.metric=exact_match",
+        f"output.dir={tmp / 'runs'}", "output.run_name=mem",
+    )]
+    assert main(argv) == 0
+    return tmp / "runs" / "sft" / "mem"
+
+
+def test_memorization_greedy_generation_reproduces_the_answers(memorized, cli, tmp_path):
+    rows = demo_rows(32)
+    metrics = read_metrics(memorized)
+    assert metrics["validation"]["gen_exact_match"] >= 0.95
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", [{k: r[k] for k in ("instruction", "input")} for r in rows])
+    code, out, err = cli("infer", "--model", memorized, "--file", prompts, "--batch-size", "7")
+    assert code == 0, err
+    results = [json.loads(line) for line in out.splitlines()]
+    assert len(results) == 32
+    exact = sum(res["response"] == r["output"] for res, r in zip(results, rows, strict=True))
+    assert exact >= 30, [(res["response"], r["output"]) for res, r in zip(results, rows) if res["response"] != r["output"]]
+    # Batched (length-sorted, left-padded) generation gives what one prompt at a time gives.
+    one = rows[0]["instruction"] if not rows[0]["input"] else None
+    if one:
+        code, out1, _ = cli("infer", "--model", memorized, "--batch-size", "1", one)
+        assert json.loads(out1)["response"] == results[0]["response"]
+
+
+def test_run_directory_stores_the_template_and_loads_in_plain_transformers(memorized):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    manifest = json.loads((memorized / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["task"] == "sft" and manifest["template"] == "chatml"
+    assert manifest["stop_tokens"] == ["<|endoftext|>", "<|im_end|>"]
+    tok = AutoTokenizer.from_pretrained(memorized)
+    model = AutoModelForCausalLM.from_pretrained(memorized)
+    row = demo_rows(32)[1]
+    content = row["instruction"] + (f"\n\n{row['input']}" if row["input"] else "")
+    inputs = tok.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                     return_tensors="pt", return_dict=True)
+    out = model.generate(**inputs, max_new_tokens=40, do_sample=False)  # stops by generation_config
+    assert tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip() == row["output"]
+
+
+def test_infer_generation_flags(memorized, cli):
+    code, out, err = cli("infer", "--model", memorized, "--max-new-tokens", "1", "湖畔酒店几点可以入住？")
+    assert code == 0, err
+    short = json.loads(out)["response"]
+    code, out, err = cli("infer", "--model", memorized, "湖畔酒店几点可以入住？")
+    assert len(short) < len(json.loads(out)["response"])
+    code, out, err = cli("infer", "--model", memorized, "--temperature", "0.8", "--top-p", "0.9", "湖畔酒店几点可以入住？")
+    assert code == 0 and json.loads(out)["response"]
+    code, out, err = cli("infer", "--model", memorized, "--top-p", "1.5", "x")
+    assert code == 2 and "--top-p" in err
+
+
+def test_infer_reads_chat_rows(memorized, cli, tmp_path):
+    row = demo_rows(32)[2]
+    content = row["instruction"] + (f"\n\n{row['input']}" if row["input"] else "")
+    chat = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": content},
+                                                             {"role": "assistant", "content": "(reference)"}]}])
+    code, out, err = cli("infer", "--model", memorized, "--file", chat)
+    assert code == 0, err
+    assert json.loads(out) == {"prompt": content, "response": row["output"]}
+
+
+def test_generation_flags_on_a_task_that_does_not_generate(cli, run_recipe):
+    run = run_recipe(RECIPES / "cls.toml", "train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=16")
+    code, out, err = cli("infer", "--model", run, "--max-new-tokens", "5", "服务很好")
+    assert code == 2 and "does not generate" in err
+
+
+def test_quickstart_with_packing_trains_and_says_how(tmp_path, cli):
+    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
+        *TINY_DECODER, "options.packing=true", "data.max_train_rows=96", "data.max_eval_rows=16", "train.epochs=2",
+        "options.generation_eval.rows=4", f"output.dir={tmp_path}", "output.run_name=p",
+    ))
+    assert code == 0, err
+    metrics = read_metrics(tmp_path / "sft" / "p")
+    assert metrics["validation"]["perplexity"] == pytest.approx(2.718281828 ** metrics["validation"]["loss"], rel=1e-6)
+    assert "gen_rouge_l" not in metrics["validation"] and "gen_char_f1" in metrics["validation"]
+
+
+def test_packing_with_bloom_is_a_recipe_error(tmp_path, cli):
+    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
+        *TINY_DECODER, "model.scratch.architecture=bloom", "options.packing=true", "data.max_train_rows=32",
+        f"output.dir={tmp_path}",
+    ))
+    assert code == 2 and "options.packing" in err and "Traceback" not in err
+
+
+def test_a_word_level_vocabulary_is_refused_for_generation(tmp_path, cli):
+    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets("model.scratch.tokenizer=char", f"output.dir={tmp_path}"))
+    assert code == 2 and "model.scratch.tokenizer" in err and "'bpe'" in err
+
+
+# --- real data ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["alpaca_zh", "alpaca_en"])
+def test_real_alpaca_loss_falls_and_masks_are_right(name, tmp_path, cli):
+    folder = shared(name)
+    data = sets(f"data.train={folder / 'train.jsonl'}", f"data.validation={folder / 'validation.jsonl'}", "data.test=",
+                "data.max_train_rows=240", "data.max_eval_rows=40", "model.max_length=256", "options.no_response=drop")
+    code, out, err = cli("inspect-batch", QUICKSTART, *data, "--rows", "1")
+    assert code == 0, err
+    first = json.loads((folder / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert "«" + first["output"].strip()[:10] in out
+    code, out, err = cli("run", QUICKSTART, "--no-progress", *data, *sets(
+        "model.scratch.vocab_size=3000", "train.epochs=2", "train.batch_size=8", "train.learning_rate=2e-3",
+        "train.logging_steps=5", "options.generation_eval.rows=4", f"output.dir={tmp_path}", "output.run_name=r",
+    ))
+    assert code == 0, err
+    run = tmp_path / "sft" / "r"
+    metrics = read_metrics(run)
+    vocab = json.loads((run / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    first_loss = _first_logged_loss(err)
+    # Below the loss of the first logged steps, and well below guessing (log of the vocabulary).
+    assert metrics["validation"]["loss"] < first_loss - 0.5, (first_loss, metrics["validation"])
+    assert metrics["validation"]["loss"] < math.log(vocab) - 0.8, (vocab, metrics["validation"])
+
+
+def _first_logged_loss(stderr: str) -> float:
+    import re
+
+    match = re.search(r"step \d+/\d+ \(epoch [\d.]+\): loss ([\d.]+)", stderr)
+    assert match, stderr[-2000:]
+    return float(match.group(1))
