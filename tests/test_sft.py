@@ -205,7 +205,7 @@ def test_malformed_rows_name_the_file_and_row(tmp_path, cli, row, message):
     code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={train}", "data.validation=", "data.test="))
     assert code == 2
     assert re.search(rf"{re.escape(str(train))}[^:]*:4: ", err), err  # file (and how it was split), row 4
-    assert message in err and "skip_bad_rows" in err and "Traceback" not in err
+    assert message in err and "options.bad_rows=skip" in err and "Traceback" not in err
 
 
 def test_skip_bad_rows_counts_them(tmp_path, cli):
@@ -213,7 +213,7 @@ def test_skip_bad_rows_counts_them(tmp_path, cli):
     rows[3]["output"] = ""
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={train}", "data.validation=", "data.test=",
-                                                          "options.skip_bad_rows=true", "data.split.validation=0.2"))
+                                                          "options.bad_rows=skip", "data.split.validation=0.2"))
     assert code == 0, err
     assert "1 malformed" in out
 

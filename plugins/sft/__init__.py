@@ -71,8 +71,8 @@ class SftOptions(BaseModel):
         description="An example whose response is cut away entirely by model.max_length: stop with an "
         "error naming the row, or drop it (counted).",
     )
-    skip_bad_rows: bool = Field(
-        False, description="Skip (and count) malformed rows instead of stopping with an error naming the row."
+    bad_rows: Literal["error", "skip"] = Field(
+        "error", description="A malformed row: stop with an error naming the file and row, or skip it (counted)."
     )
     generation_eval: GenerationEval | None = Field(
         None, description="Optional generation metric on validation/test rows (see [options.generation_eval])."
@@ -122,10 +122,10 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
                 kept.append((row_number, to_messages(row, shape, opts)))
                 refs.append(reference(row, shape, opts))
             except RowProblem as exc:
-                if not opts.skip_bad_rows:
+                if opts.bad_rows == "error":
                     raise DataError(
                         str(exc), path=where, row=row_number,
-                        hint="Fix the row, or skip such rows with --set options.skip_bad_rows=true.",
+                        hint="Fix the row, or skip such rows with --set options.bad_rows=skip.",
                     ) from None
                 bad += 1
         ctx.drop(split, "malformed", bad)
