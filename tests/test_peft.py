@@ -91,7 +91,7 @@ def train(runs):
             every = [*FAST, *task.sets, f"peft.method={method}", *METHOD_SETS[method], *sets,
                      f"output.dir={runs}", f"output.run_name={name}"]
             err = io.StringIO()
-            with contextlib.redirect_stderr(err):
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 code = main(argv("run", task.recipe, "--no-progress", sets=every))
             task_name = task_id.split("-")[0]
             done[key] = (code, err.getvalue(), runs / task_name / name)
@@ -179,7 +179,7 @@ def test_prompt_method_trains_only_the_virtual_tokens_and_head(train):
 
 
 def test_prompt_init_text(train, cli, tmp_path):
-    code, err, run_dir = train("cls", "prompt", "peft.prompt_init_text='服务很好'")
+    code, err, run_dir = train("cls", "prompt", "peft.prompt_init_text='服务很好'", "train.learning_rate=1e-9")
     assert code == 0, err
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification
@@ -190,12 +190,13 @@ def test_prompt_init_text(train, cli, tmp_path):
     weights = load_file(str(moved / "adapter_model.safetensors"))
     (prompt,) = [v for k, v in weights.items() if "prompt_embeddings" in k or "embedding" in k]
     base = AutoModelForSequenceClassification.from_pretrained(moved / "base")
-    # started from the embeddings of the text's tokens (2 steps have moved them only a little)
+    # the 4 virtual tokens start as the embeddings of the text's first 4 tokens as the tokenizer
+    # encodes it ([CLS] 服 务 很); a learning rate of 1e-9 leaves them there
     from transformers import AutoTokenizer
 
-    ids = AutoTokenizer.from_pretrained(moved)("服务很好", add_special_tokens=False)["input_ids"]
-    start = base.bert.embeddings.word_embeddings.weight[ids[:4]].detach()
-    assert float((prompt - start).abs().mean()) < float((prompt - prompt.mean()).abs().mean())
+    ids = AutoTokenizer.from_pretrained(moved)("服务很好")["input_ids"][:4]
+    start = base.bert.embeddings.word_embeddings.weight[ids].detach()
+    assert float((prompt - start).abs().max()) < 1e-6
 
 
 def test_base_only_and_adapter_differ(train, cli):
@@ -276,21 +277,27 @@ def test_export_merge(task_id, method, train, cli, tmp_path):
     out = tmp_path / "merged"
     code, stdout, err = cli("export", run_dir, "--merge", out)
     assert code == 0, err
-    assert "same predictions on 4 stored inputs" in stdout
+    check = json.loads((run_dir / "peft_check.json").read_text(encoding="utf-8"))["inputs"]
+    assert len(check) == (8 if task_id == "pair-bi" else 4)  # the bi-encoder stores both sides
+    assert f"same predictions on {len(check)} stored inputs" in stdout
     assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
     manifest = json.loads((out / "nlptasks.json").read_text(encoding="utf-8"))
     assert "peft" not in manifest and manifest["merged_from"]["method"] == method
     # a complete run of its own, loading with plain transformers ...
     plain = getattr(transformers, manifest["model_class"]).from_pretrained(out)
-    check = json.loads((run_dir / "peft_check.json").read_text(encoding="utf-8"))["inputs"]
     adapter_manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     adapter = load_trained_model(run_dir, adapter_manifest, manifest["model_class"])
     differences, largest = compare_outputs(
         model_outputs(adapter, check, task.task_type), model_outputs(plain, check, task.task_type)
     )
     assert not differences and largest < 1e-4
-    # ... and through nlptasks infer, with the adapter run's predictions
-    assert infer(cli, out, *task.infer) == infer(cli, run_dir, *task.infer)
+    # ... and through nlptasks infer, with the adapter run's predictions (similarities equal up to
+    # float rounding)
+    merged, ours = infer(cli, out, *task.infer), infer(cli, run_dir, *task.infer)
+    for a, b in zip(merged, ours, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == (pytest.approx(b[key], abs=1e-5) if key in ("similarity", "score") else b[key])
 
 
 def test_compare_outputs_reports_a_mismatch():

@@ -21,10 +21,13 @@ of a full fine-tuning run, or the base with the chosen adapter (or the base alon
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -207,7 +210,8 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         model = prepare_model_for_kbit_training(model)
     config = peft_config(ctx, model, task_type)
     try:
-        model = get_peft_model(model, config)
+        with _quiet_peft():
+            model = get_peft_model(model, config)
     except (ValueError, TypeError, KeyError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         key = "peft.target_modules" if cfg.method in ("lora", "ia3") else "peft.method"
@@ -231,6 +235,14 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         "check": CHECK_FILE,
     }
     return model
+
+
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """peft 0.21 calls a transformers 5 method that warns it is deprecated on every wrap: hide that."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def parameter_line(trainable: int, total: int) -> str:
@@ -329,7 +341,8 @@ def load_trained_model(
         config.prompt_tuning_init = "RANDOM"
         config.tokenizer_name_or_path = None
     config.inference_mode = True
-    model = PeftModel.from_pretrained(model, str(path), adapter_name=name, config=config)
+    with _quiet_peft():
+        model = PeftModel.from_pretrained(model, str(path), adapter_name=name, config=config)
     model.eval()
     return model
 

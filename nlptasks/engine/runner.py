@@ -187,7 +187,7 @@ def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str,
         "plugins": plugins,
         "versions": {
             "python": platform.python_version(),
-            **{name: version(name) for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy")},
+            **{name: version(name) for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy", "peft")},
         },
         **ctx.manifest,
     }
