@@ -422,3 +422,45 @@ def test_machine_problems_on_a_gpu_without_bitsandbytes():
     assert [str(p) for p in machine_problems(loaded.recipe, cuda=True, bitsandbytes=True)] == [
         "peft.quantization: quantizes a pretrained base (model.name_or_path), not a model built from scratch"
     ]
+
+
+# --- CAUSAL_LM (for the sft task): the model-level part of the table --------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_causal_lm_row_of_the_table(method):
+    """Until a causal-LM task joins the matrix above, the CAUSAL_LM row is checked on a tiny Llama:
+    every method trains (loss goes backward into the adapter), and for lora/ia3 merging keeps the
+    greedy tokens that ``nlptasks export --merge`` compares."""
+    import peft as p
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from nlptasks.engine.adapters import compare_outputs, model_outputs
+
+    assert unsupported_reason("CAUSAL_LM", method) is None
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128)
+    model = AutoModelForCausalLM.from_config(config)
+    kinds = {  # lora and ia3 start away from the identity, so merging has something to fold in
+        "lora": lambda: p.LoraConfig(r=4, init_lora_weights=False, task_type="CAUSAL_LM"),
+        "prefix": lambda: p.PrefixTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM"),
+        "p_tuning": lambda: p.PromptEncoderConfig(num_virtual_tokens=4, encoder_hidden_size=16, task_type="CAUSAL_LM"),
+        "prompt": lambda: p.PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM"),
+        "ia3": lambda: p.IA3Config(init_ia3_weights=False, task_type="CAUSAL_LM"),
+    }
+    wrapped = p.get_peft_model(model, kinds[method]())
+    ids = torch.randint(3, 64, (2, 7))
+    out = wrapped(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+    out.loss.backward()
+    trained = [prm.grad for prm in wrapped.parameters() if prm.requires_grad]
+    assert trained and any(g is not None and float(g.abs().sum()) > 0 for g in trained)
+    if method in ("lora", "ia3"):
+        wrapped.eval()
+        inputs = [{"input_ids": row.tolist(), "attention_mask": [1] * 7} for row in ids]
+        before = model_outputs(wrapped, inputs, "CAUSAL_LM")
+        assert len(before[0][1]) == 8  # 8 greedy tokens per input
+        merged = wrapped.merge_and_unload()
+        differences, _ = compare_outputs(before, model_outputs(merged, inputs, "CAUSAL_LM"))
+        assert not differences

@@ -22,7 +22,7 @@ examples:
   nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
   nlptasks infer --task cls "服务很好"                label a text with the latest cls run
   nlptasks infer --task pair "怎么退款" "如何申请退款"  score a sentence pair
-  nlptasks run recipes/cls.toml --set peft.method=lora    train a LoRA adapter instead
+  nlptasks run recipes/cls.toml --set peft.method=lora  train a LoRA adapter instead
   nlptasks export runs/cls/RUN --merge merged/       merge a lora/ia3 adapter into a full model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
   nlptasks plugins                                   list plugins, tasks and hooks
