@@ -38,6 +38,11 @@ class TaskSpec:
     :param greater_is_better: whether a higher ``best_metric`` is better.
     :param stratify_by: given the validated options, the column to stratify random splits on
         (``None``: plain random splits).
+    :param peft_task_type: the peft task type of the model step 5 builds, which lets a recipe add
+        a ``[peft]`` table: ``"SEQ_CLS"``, ``"TOKEN_CLS"``, ``"FEATURE_EXTRACTION"`` or
+        ``"CAUSAL_LM"`` (see :mod:`nlptasks.peft_support`), or a function of the validated options
+        that returns one (its docstring's first line describes it in listings).  ``None``: the
+        task does not support PEFT, and a ``[peft]`` table is a recipe error.
     """
 
     name: str
@@ -46,11 +51,25 @@ class TaskSpec:
     best_metric: str | Callable[[Any], str] = "loss"
     greater_is_better: bool = False
     stratify_by: Callable[[Any], str | None] | None = None
+    peft_task_type: str | Callable[[Any], str | None] | None = None
     plugin: str = ""  # filled in by the host: the plugin that registered the task
 
     def best_metric_for(self, options: Any) -> str:
         """The checkpoint-picking metric for a run with these validated ``options``."""
         return self.best_metric(options) if callable(self.best_metric) else self.best_metric
+
+    def peft_task_type_for(self, options: Any) -> str | None:
+        """The peft task type for a run with these validated ``options`` (``None``: no PEFT)."""
+        if callable(self.peft_task_type):
+            return self.peft_task_type(options)
+        return self.peft_task_type
+
+    def peft_task_type_text(self) -> str:
+        """``peft_task_type`` for listings: the type, ``-``, or the function's description."""
+        if callable(self.peft_task_type):
+            doc = (self.peft_task_type.__doc__ or "").strip().splitlines()
+            return doc[0] if doc else "depends on the task options"
+        return self.peft_task_type or "-"
 
     def best_metric_text(self) -> str:
         """``best_metric`` for listings: the name, or a note that the options decide it."""

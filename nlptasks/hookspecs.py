@@ -9,6 +9,7 @@ the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
     3  nlptasks_split(ctx, data)           -> data  first result wins
     4  nlptasks_preprocess(ctx, data)      -> data  first result wins
     5  nlptasks_build_model(ctx)           -> model first result wins
+       (engine: with a [peft] table, wrap the model in the adapter)
     6  nlptasks_metrics(ctx)               -> fn    first result wins
     7  nlptasks_training_arguments(ctx, kwargs) -> TrainingArguments, first result wins
     8  nlptasks_data_collator(ctx)         -> collator, first result wins
@@ -33,6 +34,16 @@ The recipe's ``task = "..."`` picks one task; steps 1 to 10 are then called with
 plugins left out, so a task plugin only ever sees runs of its own tasks (a plugin that provides
 several tasks reads ``ctx.task.name``).  Plugins that register no task (cross-cutting plugins) take
 part in every run.
+
+PEFT
+----
+With a ``[peft]`` table in the recipe, the engine wraps the model that step 5 returns in a peft
+adapter right after step 5 (``nlptasks.engine.adapters.apply_peft``) and logs the trainable and
+total parameter counts; steps 6 to 9 get the ``PeftModel``, and the run saves only the adapter
+(plus, for a model built from scratch, the frozen base under ``base/``).  A task plugin takes part
+by declaring ``TaskSpec.peft_task_type``; in step 10 it loads the run's model with
+``nlptasks.engine.load_trained_model(run_dir, manifest, auto_class)``, which gives the plain
+model or the base with the chosen adapter (``nlptasks infer --adapter NAME`` / ``--base-only``).
 
 Heavy libraries (torch, transformers, datasets) are imported inside hook bodies, never at module
 level, so that ``nlptasks --help`` stays instant.
@@ -71,8 +82,8 @@ def register_tasks(register: Callable[[TaskSpec], None]) -> None:
 
     :param register: call it once per task with a :class:`nlptasks.TaskSpec`: the task's name
         (what a recipe writes as ``task = "..."``), a one-line description, the pydantic model
-        that validates the recipe's ``[options]`` table, and the metric that picks the best
-        checkpoint.  The host records which plugin registered which task; registering a name that
+        that validates the recipe's ``[options]`` table, the metric that picks the best
+        checkpoint, and (for PEFT) the peft task type of its model.  The host records which plugin registered which task; registering a name that
         another plugin already registered is an error that names both plugins.
     :returns: nothing (*all run*).
 
@@ -186,6 +197,10 @@ def nlptasks_build_model(ctx: RunContext) -> PreTrainedModel | None:
         ``model.scratch`` from a config sized to ``ctx.tokenizer``.
     :returns: a ``transformers.PreTrainedModel`` (*first result wins*).  There is no generic
         default: the engine's fallback raises an error saying no plugin builds this task's model.
+        Build the full model even when the recipe has a ``[peft]`` table: the engine then wraps it
+        in the adapter right after this step (for tasks that declare ``TaskSpec.peft_task_type``),
+        saves the frozen base when it was built from scratch, and logs
+        ``trainable N of M parameters (P%)``.
     """
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "LoadedRecipe",
     "ModelConfig",
     "OutputConfig",
+    "PeftConfig",
     "Recipe",
     "ScratchConfig",
     "SplitConfig",
@@ -159,12 +160,104 @@ class ModelConfig(Section):
     max_length: int = Field(128, ge=8, le=8192, description="Longest input in tokens; longer is truncated.")
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
     trust_remote_code: bool = Field(False, description="Allow model code from the hub repository.")
+    dtype: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32",
+        description="Weights of the loaded model: 'fp32', or half precision 'bf16'/'fp16' (CUDA GPU only; "
+        "with [peft] the frozen base is halved and the adapter trains in fp32).",
+    )
 
     @model_validator(mode="after")
     def _one_model(self) -> ModelConfig:
         if (self.name_or_path is None) == (self.scratch is None):
             raise ValueError("set exactly one of model.name_or_path and [model.scratch]")
         return self
+
+
+PeftMethod = Literal["lora", "prefix", "p_tuning", "prompt", "ia3"]
+
+# Which [peft] keys belong to which method (the rest apply to every method).
+PEFT_METHOD_KEYS: dict[str, tuple[PeftMethod, ...]] = {
+    "r": ("lora",),
+    "alpha": ("lora",),
+    "dropout": ("lora",),
+    "bias": ("lora",),
+    "target_modules": ("lora", "ia3"),
+    "feedforward_modules": ("ia3",),
+    "num_virtual_tokens": ("prefix", "p_tuning", "prompt"),
+    "prefix_projection": ("prefix",),
+    "encoder_hidden_size": ("prefix", "p_tuning"),
+    "encoder_type": ("p_tuning",),
+    "encoder_layers": ("p_tuning",),
+    "encoder_dropout": ("p_tuning",),
+    "prompt_init_text": ("prompt",),
+}
+
+
+class PeftConfig(Section):
+    """Parameter-efficient fine-tuning: train a small adapter on a frozen base model.
+
+    The engine wraps the model that step 5 builds with the chosen method (see docs/peft.md for
+    what each method does and which tasks support it).  A run saves only the adapter (and, for a
+    model built from scratch, the frozen random base under ``base/``).  A key that belongs to
+    another method than ``method`` is an error naming the key.
+    """
+
+    method: PeftMethod = Field(
+        description="'lora' (low-rank updates), 'ia3' (learned scaling vectors), 'prefix' (trained key/value "
+        "prefixes in every layer), 'p_tuning' (virtual tokens from a small encoder), 'prompt' (virtual tokens)."
+    )
+    r: int = Field(8, ge=1, description="lora: rank of the update matrices.")
+    alpha: float = Field(16.0, gt=0, description="lora: scaling numerator; updates are scaled by alpha / r.")
+    dropout: float = Field(0.05, ge=0, lt=1, description="lora: dropout on the adapter's input.")
+    bias: Literal["none", "all", "lora_only"] = Field(
+        "none", description="lora: which biases to train ('none' keeps every bias frozen)."
+    )
+    target_modules: list[str] | str | None = Field(
+        None,
+        description="lora, ia3: modules to adapt, as a list of name suffixes (['query', 'value']) or one regex "
+        "matched against the full module name. Default: peft's choice for the architecture (BERT: query and "
+        "value for lora; key, value and output.dense for ia3).",
+    )
+    feedforward_modules: list[str] | str | None = Field(
+        None,
+        description="ia3: which of target_modules are feed-forward layers (scaled on their input). Default: "
+        "peft's choice for the architecture.",
+    )
+    modules_to_save: list[str] | None = Field(
+        None,
+        description="Further modules trained in full and saved with the adapter (the task head, e.g. "
+        "'classifier', is added by peft for classification tasks).",
+    )
+    num_virtual_tokens: int = Field(
+        20, ge=1, description="prefix, p_tuning, prompt: number of virtual tokens (they count against model.max_length)."
+    )
+    prefix_projection: bool = Field(
+        False, description="prefix: compute the prefixes with a two-layer MLP (more parameters, often more stable)."
+    )
+    encoder_hidden_size: int | None = Field(
+        None,
+        ge=1,
+        description="prefix (with prefix_projection), p_tuning: hidden size of the prompt encoder. Default: the "
+        "model's hidden size.",
+    )
+    encoder_type: Literal["MLP", "LSTM"] = Field("MLP", description="p_tuning: the prompt encoder.")
+    encoder_layers: int = Field(2, ge=1, description="p_tuning: layers of the prompt encoder.")
+    encoder_dropout: float = Field(0.0, ge=0, lt=1, description="p_tuning: dropout in the prompt encoder.")
+    prompt_init_text: str | None = Field(
+        None,
+        description="prompt: initialise the virtual tokens from the embeddings of this text (repeated or cut to "
+        "num_virtual_tokens) instead of random values.",
+    )
+    quantization: Literal["none", "8bit", "4bit"] = Field(
+        "none",
+        description="Load the frozen base quantized with bitsandbytes: '4bit' is QLoRA. Needs a CUDA GPU and "
+        "the bitsandbytes package.",
+    )
+    quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4bit: the 4-bit data type.")
+    double_quant: bool = Field(True, description="4bit: quantize the quantization constants too (saves memory).")
+    compute_dtype: Literal["bf16", "fp16", "fp32"] = Field(
+        "bf16", description="4bit: dtype of the matrix products on the dequantized weights."
+    )
 
 
 class TrainConfig(Section):
@@ -234,6 +327,9 @@ class Recipe(Section):
     model: ModelConfig = Field(description="The model: pretrained or from scratch (see [model]).")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training settings (see [train]).")
     output: OutputConfig = Field(default_factory=OutputConfig, description="Where the run is saved (see [output]).")
+    peft: PeftConfig | None = Field(
+        None, description="Train an adapter on a frozen base instead of the whole model (see [peft], docs/peft.md)."
+    )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Task options, validated by the task's plugin."
     )
@@ -418,6 +514,8 @@ def load_recipe(
             except ValidationError as exc:
                 problems += problems_from(exc, prefix="options", root=spec.options)
 
+    problems += _peft_problems(raw, spec, options)
+
     if recipe is not None:
         _resolve_paths(recipe, base, overridden)
         if check_files:
@@ -430,6 +528,60 @@ def load_recipe(
         raise RecipeError(source, problems, hint=hint)
     assert recipe is not None and spec is not None and options is not None
     return LoadedRecipe(recipe=recipe, task=spec, options=options, path=Path(path) if path else None, raw=raw)
+
+
+QUANT_4BIT_KEYS = ("quant_type", "double_quant", "compute_dtype")
+
+
+def _peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseModel | None) -> list[Problem]:
+    """``[peft]`` checks pydantic cannot make alone: keys of another method, 4-bit keys without
+    4-bit, and whether the task (and this method) can be adapted at all."""
+    from nlptasks.peft_support import METHODS, unsupported_reason
+
+    section = raw.get("peft")
+    if not isinstance(section, dict):
+        return []
+    method = section.get("method")
+    if method not in METHODS:
+        return []  # pydantic reports a missing or unknown method
+    problems = []
+    for key in section:
+        owners = PEFT_METHOD_KEYS.get(key)
+        if owners is not None and method not in owners:
+            own = [k for k, m in PEFT_METHOD_KEYS.items() if method in m]
+            problems.append(
+                Problem(
+                    f"peft.{key}",
+                    f"is an option of {' and '.join(repr(m) for m in owners)}, not of method {method!r} "
+                    f"(the {method} options: {', '.join(own) or 'none'}; common to every method: "
+                    f"{', '.join(k for k in PeftConfig.model_fields if k not in PEFT_METHOD_KEYS and k != 'method')})",
+                )
+            )
+        if key in QUANT_4BIT_KEYS and section.get("quantization") != "4bit":
+            problems.append(Problem(f"peft.{key}", "applies only with peft.quantization = \"4bit\""))
+    if spec is None or options is None:
+        return problems
+    task_type = spec.peft_task_type_for(options)
+    if task_type is None:
+        problems.append(
+            Problem(
+                "peft",
+                f"task {spec.name!r} does not support PEFT: its plugin ({spec.plugin}) declares no "
+                "peft_task_type; remove the [peft] table to train the whole model",
+            )
+        )
+        return problems
+    reason = unsupported_reason(task_type, method)
+    if reason is not None:
+        working = [m for m in METHODS if unsupported_reason(task_type, m) is None]
+        problems.append(
+            Problem(
+                "peft.method",
+                f"{method!r} does not work for task {spec.name!r} ({task_type}): {reason}; "
+                f"use one of: {', '.join(working)}",
+            )
+        )
+    return problems
 
 
 def _resolve_paths(recipe: Recipe, base: Path, overridden: set[str]) -> None:

@@ -404,3 +404,12 @@ def _first_logged_loss(stderr: str) -> float:
     match = re.search(r"step \d+/\d+ \(epoch [\d.]+\): loss ([\d.]+)", stderr)
     assert match, stderr[-2000:]
     return float(match.group(1))
+
+
+@pytest.mark.parametrize("method", ["prefix", "prompt"])
+def test_packing_with_a_virtual_token_peft_method_is_a_recipe_error(tmp_path, cli, method):
+    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
+        *TINY_DECODER, "options.packing=true", f"peft.method={method}", "peft.num_virtual_tokens=4",
+        "data.max_train_rows=16", f"output.dir={tmp_path}",
+    ))
+    assert code == 2 and "options.packing" in err and method in err and "Traceback" not in err

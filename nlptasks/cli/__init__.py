@@ -24,6 +24,8 @@ examples:
   nlptasks infer --task pair "怎么退款" "如何申请退款"  score a sentence pair
   nlptasks infer --task sft "湖畔酒店几点可以入住？"      generate an answer with the latest sft run
   nlptasks inspect-batch recipes/sft.toml            show the tokens a recipe feeds the model
+  nlptasks run recipes/cls.toml --set peft.method=lora  train a LoRA adapter instead
+  nlptasks export runs/cls/RUN --merge merged/       merge a lora/ia3 adapter into a full model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
   nlptasks plugins                                   list plugins, tasks and hooks
 """
@@ -73,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
                         "whose predictor can rank (pair in bi-encoder mode)")
     p.add_argument("--top-k", type=int, default=5, metavar="K", help="with --candidates: best K per input (default: 5)")
+    p.add_argument("--adapter", metavar="NAME",
+                   help="for a run trained with [peft]: the adapter to use (default: the run's own, 'default'; "
+                        "others are added with `nlptasks add-adapter`)")
+    p.add_argument("--base-only", action="store_true",
+                   help="for a run trained with [peft]: predict with the frozen base alone, no adapter")
     g = p.add_argument_group("generation (tasks that generate text, e.g. sft)")
     g.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer in tokens (default: 128)")
     g.add_argument("--temperature", type=float, metavar="T", help="sample with this temperature (default: 0, greedy)")
@@ -88,6 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="train", help="which split to show (default: train)")
     p.add_argument("--rows", type=int, default=3, help="how many examples to show (default: 3)")
     p.set_defaults(func=cmd_inspect_batch)
+
+    p = sub.add_parser("add-adapter", help="add another run's adapter to a run with the same base",
+                       description="Copy the adapter of OTHER_RUN into RUN under NAME (RUN/adapters/NAME), after "
+                                   "checking that both were trained on the same base (task, labels, base model or "
+                                   "from-scratch weights, tokenizer). Then: nlptasks infer --model RUN --adapter NAME.")
+    p.add_argument("run", type=Path, help="the run that keeps the base (trained with [peft])")
+    p.add_argument("other", type=Path, metavar="OTHER_RUN", help="a run whose adapter to add (trained with [peft])")
+    p.add_argument("--name", required=True, help="name of the added adapter (letters, digits, _ . -)")
+    p.set_defaults(func=cmd_add_adapter)
+
+    p = sub.add_parser("export", help="merge a run's LoRA/IA3 adapter into a full model",
+                       description="Merge a lora or ia3 adapter into the base weights and save a complete run "
+                                   "that loads with plain transformers, after checking that it predicts exactly "
+                                   "as the adapter did on inputs stored at training time.")
+    p.add_argument("run", type=Path, help="run folder trained with [peft] (method lora or ia3)")
+    p.add_argument("--merge", type=Path, required=True, metavar="OUT", help="folder to write the merged run to")
+    p.add_argument("--adapter", metavar="NAME", help="the adapter to merge (default: the run's own)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("plugins", help="list installed plugins, their tasks and hooks",
                        description="List installed plugins, the tasks they provide and the hooks they implement.")
@@ -286,7 +311,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # its "Loading weights" bar; ours shows the long work
-    predictor = load_predictor(run_dir)
+    predictor = load_predictor(run_dir, adapter=args.adapter, base_only=args.base_only)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
     _configure_generation(args, predictor, run_dir)
@@ -390,6 +415,42 @@ def cmd_inspect_batch(args: argparse.Namespace) -> int:
     from nlptasks.engine.inspect import inspect_batch
 
     inspect_batch(loaded, split=args.split, rows=args.rows)
+    return 0
+
+
+def cmd_add_adapter(args: argparse.Namespace) -> int:
+    from nlptasks.errors import NlptasksError
+
+    for path in (args.run, args.other):
+        if not path.is_dir():
+            raise NlptasksError(f"{path}: no such folder")
+    from nlptasks.engine.adapters import add_adapter
+
+    manifest = add_adapter(args.run, args.other, args.name)
+    names = ", ".join(manifest["peft"]["adapters"])
+    print(f"added adapter {args.name!r} to {_display(args.run)} (adapters: {names})")
+    print(f"try: nlptasks infer --model {_display(args.run)} --adapter {args.name} \"...\"")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from nlptasks.errors import NlptasksError
+
+    if not args.run.is_dir():
+        raise NlptasksError(f"{args.run}: no such folder")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    from nlptasks.engine.adapters import export_merged
+
+    result = export_merged(args.run, args.merge, args.adapter)
+    merged = result["merged_from"]
+    check = merged["check"]
+    print(
+        f"merged {merged['method']} adapter {merged['adapter']!r} into {_display(args.merge)}; "
+        f"same predictions on {check['inputs']} stored inputs (largest difference {check['max_abs_diff']:.1e})"
+    )
+    print(f"try: nlptasks infer --model {_display(args.merge)} \"...\"")
     return 0
 
 

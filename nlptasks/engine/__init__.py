@@ -2,14 +2,14 @@
 
 The engine knows no task by name.  Plugins use these helpers inside their hooks::
 
-    from nlptasks.engine import get_tokenizer, load_model, predict_logits
+    from nlptasks.engine import get_tokenizer, load_model, load_trained_model, predict_logits
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["get_tokenizer", "load_model", "predict_logits"]
+__all__ = ["get_tokenizer", "load_model", "load_trained_model", "predict_logits"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: keep `import nlptasks.engine` cheap
@@ -21,6 +21,10 @@ def __getattr__(name: str) -> Any:  # lazy: keep `import nlptasks.engine` cheap
         from nlptasks.engine.modeling import load_model
 
         return load_model
+    if name == "load_trained_model":
+        from nlptasks.engine.adapters import load_trained_model
+
+        return load_trained_model
     if name == "predict_logits":
         from nlptasks.engine.inference import predict_logits
 

@@ -45,17 +45,20 @@ def predict_logits(
                     [a for a, _ in chunk], [b for _, b in chunk],
                     truncation=True, max_length=max_length, padding=True, return_tensors="pt",
                 )
-            enc = {k: v.to(device) for k, v in enc.items() if k in _accepted(model)}
+            enc = {k: v.to(device) for k, v in enc.items() if k in accepted_inputs(model)}
             logits = model(**enc).logits.float().cpu().numpy()
             for j, i in enumerate(idx):
                 out[i] = logits[j]
     return np.stack(out)
 
 
-def _accepted(model: Any) -> set[str]:
+def accepted_inputs(model: Any) -> set[str]:
+    """The input names ``model.forward`` takes; for a PEFT model (whose forward takes ``**kwargs``),
+    those of the base model it passes them to."""
     import inspect
 
-    return set(inspect.signature(model.forward).parameters)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return set(inspect.signature(base.forward).parameters)
 
 
 def softmax(logits: Any) -> Any:

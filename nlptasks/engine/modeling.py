@@ -21,6 +21,8 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     cls = getattr(transformers, auto_class, None)
     if cls is None:
         raise NlptasksError(f"internal error: transformers has no class {auto_class!r}")
+    from nlptasks.engine.adapters import from_pretrained_kwargs
+
     model_cfg = ctx.recipe.model
     if model_cfg.name_or_path:
         try:
@@ -28,6 +30,7 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
                 model_cfg.name_or_path,
                 revision=model_cfg.revision,
                 trust_remote_code=model_cfg.trust_remote_code,
+                **from_pretrained_kwargs(ctx.recipe),
                 **config,
             )
         except Exception as exc:  # noqa: BLE001 - offline, typo, wrong architecture
@@ -38,6 +41,10 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
             ) from None
     else:
         model = build_from_scratch(ctx, cls, **config)
+        if model_cfg.dtype != "fp32":  # half precision (CUDA only: checked at run start)
+            import torch
+
+            model = model.to({"bf16": torch.bfloat16, "fp16": torch.float16}[model_cfg.dtype])
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     ctx.log.info("model: %s, %s parameters (%s trainable)", type(model).__name__, f"{total:,}", f"{trainable:,}")

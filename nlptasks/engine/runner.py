@@ -9,6 +9,10 @@ A run directory ``<output.dir>/<task>/<run_name>/`` holds::
     metrics.json                        train/validation/test metrics and dropped-row counts
     nlptasks.json                       the manifest: task, plugins and versions, inference settings
     COMPLETE                            written last: the run finished
+
+With a ``[peft]`` table the model files are the adapter instead (``adapter_config.json``,
+``adapter_model.safetensors``), with the frozen base under ``base/`` and a few inputs for
+``nlptasks export --merge`` in ``peft_check.json`` (see :mod:`nlptasks.engine.adapters`).
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ def run(
     """Run a recipe through the ten steps and save the run; return its directory and metrics."""
     host = host or get_host()
     loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
+    from nlptasks.engine.adapters import check_machine
+
+    check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
     started = time.perf_counter()
     output_dir = run_dir_for(loaded)
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=output_dir)
@@ -118,6 +125,10 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     if "train" not in data or len(data["train"]) == 0:
         raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
+    if loaded.recipe.peft is not None:  # the adapter goes on the model step 5 built
+        from nlptasks.engine.adapters import apply_peft
+
+        model = apply_peft(ctx, model, data)
     compute_metrics = hooks.nlptasks_metrics(ctx=ctx)  # 6
 
     from nlptasks.engine.training import training_kwargs, use_readable_logs
@@ -142,10 +153,10 @@ def save_run(
     if ctx.tokenizer is not None:
         ctx.tokenizer.save_pretrained(str(out))
     if ctx.labels is not None:
-        _write_json(out / "labels.json", ctx.labels)
+        write_json(out / "labels.json", ctx.labels)
     full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1)}
-    _write_json(out / "metrics.json", full_metrics)
-    _write_json(out / MANIFEST, manifest_for(ctx, host, loaded))
+    write_json(out / "metrics.json", full_metrics)
+    write_json(out / MANIFEST, manifest_for(ctx, host, loaded))
     if not loaded.recipe.output.keep_checkpoints and ctx.checkpoints_dir.exists():
         shutil.rmtree(ctx.checkpoints_dir)
     (out / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
@@ -176,13 +187,13 @@ def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str,
         "plugins": plugins,
         "versions": {
             "python": platform.python_version(),
-            **{name: version(name) for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy")},
+            **{name: version(name) for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy", "peft")},
         },
         **ctx.manifest,
     }
 
 
-def _write_json(path: Path, value: Any) -> None:
+def write_json(path: Path, value: Any) -> None:
     path.write_text(json.dumps(value, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
@@ -210,9 +221,17 @@ def latest_run(task: str, runs_dir: Path | None = None) -> Path | None:
     return max(complete, key=lambda p: ((p / COMPLETE).stat().st_mtime, p.name))
 
 
-def load_predictor(run_dir: Path, host: Host | None = None) -> Any:
-    """Step 10: the predictor of a complete run, from the plugin that owns its task."""
+def load_predictor(
+    run_dir: Path, host: Host | None = None, adapter: str | None = None, base_only: bool = False
+) -> Any:
+    """Step 10: the predictor of a complete run, from the plugin that owns its task.
+
+    :param adapter: for an adapter run, the adapter to use (``nlptasks infer --adapter NAME``).
+    :param base_only: for an adapter run, the frozen base alone (``--base-only``).
+    """
+    from nlptasks.engine.adapters import choose
+
     host = host or get_host()
-    manifest = read_manifest(run_dir)
+    manifest = choose(read_manifest(run_dir), run_dir, adapter, base_only)
     task = host.task(manifest.get("task", "?"))
     return host.hooks_for(task).nlptasks_load_predictor(run_dir=run_dir, manifest=manifest)

@@ -47,6 +47,7 @@ def register_tasks(register: Any) -> None:
             best_metric="accuracy",
             greater_is_better=True,
             stratify_by=lambda options: options.label_column,
+            peft_task_type="SEQ_CLS",
         )
     )
 
@@ -173,10 +174,12 @@ class ClsPredictor:
     """Texts (or dicts with the text column) → ``{"text", "label", "score"}``, batched."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from nlptasks.engine import load_trained_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = AutoModelForSequenceClassification.from_pretrained(run_dir)
+        self.model = load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification")
         self.model.eval()
         self.text_column = manifest.get("text_column") or manifest.get("options", {}).get("text_column", "text")
         self.max_length = manifest.get("max_length")

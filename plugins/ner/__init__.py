@@ -95,6 +95,7 @@ def register_tasks(register: Any) -> None:
             options=NerOptions,
             best_metric="f1",
             greater_is_better=True,
+            peft_task_type="TOKEN_CLS",
         )
     )
 

@@ -39,10 +39,12 @@ class NerPredictor:
                         "writes token and predicted tag per line"}
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoModelForTokenClassification, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from nlptasks.engine import load_trained_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = AutoModelForTokenClassification.from_pretrained(run_dir)
+        self.model = load_trained_model(run_dir, manifest, "AutoModelForTokenClassification")
         self.model.eval()
         settings = manifest.get("ner", {})
         self.max_length = int(manifest.get("max_length") or 128)
@@ -143,6 +145,6 @@ class NerPredictor:
 
 
 def _accepted(model: Any) -> set[str]:
-    import inspect
+    from nlptasks.engine.inference import accepted_inputs
 
-    return set(inspect.signature(model.forward).parameters)
+    return accepted_inputs(model)

@@ -86,6 +86,11 @@ def _best_metric(options: PairOptions) -> str:
     return "accuracy" if options.mode == "cross" and options.label_type == "classes" else "spearman"
 
 
+def _peft_task_type(options: PairOptions) -> str:
+    """SEQ_CLS in cross mode, FEATURE_EXTRACTION (the plain encoder) in bi mode"""
+    return "FEATURE_EXTRACTION" if options.mode == "bi" else "SEQ_CLS"
+
+
 def _stratify(options: PairOptions) -> str | None:
     return options.label_column if options.label_type == "classes" else None
 
@@ -100,6 +105,7 @@ def register_tasks(register: Any) -> None:
             best_metric=_best_metric,
             greater_is_better=True,
             stratify_by=_stratify,
+            peft_task_type=_peft_task_type,
         )
     )
 

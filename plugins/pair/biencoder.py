@@ -24,7 +24,14 @@ SIDES = ("a", "b")
 
 
 def pool(hidden: Any, attention_mask: Any, pooling: str) -> Any:
-    """Sentence embeddings from token states: the mean over real tokens, or the first token."""
+    """Sentence embeddings from token states: the mean over real tokens, or the first token.
+
+    States for positions before the input (the virtual tokens that PEFT prompt methods prepend)
+    are left out, so pooling sees the input's tokens only.
+    """
+    extra = hidden.shape[1] - attention_mask.shape[1]
+    if extra > 0:
+        hidden = hidden[:, extra:]
     if pooling == "cls":
         return hidden[:, 0]
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)

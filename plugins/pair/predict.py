@@ -46,10 +46,12 @@ class CrossEncoderPredictor:
     """Pairs → ``{"text_a", "text_b", "label", "score"}`` (classes) or ``{..., "score"}`` (scores)."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from nlptasks.engine import load_trained_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = AutoModelForSequenceClassification.from_pretrained(run_dir)
+        self.model = load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification")
         self.model.eval()
         self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
         self.scores = manifest.get("label_type") == "score"
@@ -81,10 +83,12 @@ class BiEncoderPredictor:
     """
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from nlptasks.engine import load_trained_model
 
         self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = AutoModel.from_pretrained(run_dir)
+        self.model = load_trained_model(run_dir, manifest, "AutoModel")
         self.model.eval()
         self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
         self.pooling = manifest.get("pooling", "mean")

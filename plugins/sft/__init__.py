@@ -88,8 +88,25 @@ def register_tasks(register: Any) -> None:
             options=SftOptions,
             best_metric="loss",
             greater_is_better=False,
+            peft_task_type="CAUSAL_LM",
         )
     )
+
+
+@hookimpl
+def nlptasks_setup(ctx: RunContext) -> None:
+    """Refuse packing with the PEFT methods that put virtual tokens or a key/value prefix in front
+    of every sequence: they drop the restarting position ids (prompt, p_tuning) or hand the model
+    a cache (prefix), and either way packed examples would attend to each other."""
+    peft = getattr(ctx.recipe, "peft", None)
+    method = getattr(peft, "method", None) if peft is not None else None
+    if ctx.options.packing and method in {"prefix", "p_tuning", "prompt"}:
+        raise RecipeError(
+            "recipe",
+            [Problem("options.packing", f"does not work with peft.method = {method!r}: the virtual tokens or "
+                     "key/value prefix it adds would let packed examples attend to each other")],
+            hint="Turn packing off (--set options.packing=false) or use peft.method = 'lora' or 'ia3'.",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,7 +377,9 @@ class SftPredictor:
     """Prompts (strings, alpaca rows or chat rows) → ``{"prompt", "response"}``, batched."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 16) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from nlptasks.engine import load_trained_model
 
         from .generate import GenerationSettings
         from .templates import stop_token_ids
@@ -368,8 +387,7 @@ class SftPredictor:
         self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
         if not getattr(self.tokenizer, "chat_template", None):
             raise DataError(f"{run_dir}: the run's tokenizer has no chat template (not an sft run?)")
-        self.model = AutoModelForCausalLM.from_pretrained(run_dir)
-        self.model.eval()
+        self.model = load_trained_model(run_dir, manifest, "AutoModelForCausalLM")
         self.model.config.use_cache = True
         self.manifest = manifest
         self.options = SftOptions.model_validate(manifest.get("options", {}))

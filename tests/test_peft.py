@@ -1,0 +1,468 @@
+"""PEFT end to end: every method × every task trains, saves an adapter, moves, reloads through
+``nlptasks infer`` and predicts, or is refused by recipe validation exactly where
+``nlptasks.peft_support`` says it does not work; parameter counts, saved files, several adapters
+on one base, ``nlptasks export --merge`` and its check, the GPU-only keys and the key errors.
+
+Tiny from-scratch models (1 layer, hidden 32), 16 rows of the demo data, 2 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, TINY
+from nlptasks.peft_support import METHODS, unsupported_reason
+
+
+@dataclass(frozen=True)
+class Task:
+    """One row of the matrix: a recipe, the peft task type its plugin must declare, an input for
+    ``nlptasks infer`` and the key every prediction must have."""
+
+    id: str
+    recipe: Path
+    task_type: str
+    infer: tuple[str, ...]
+    result_key: str
+    sets: tuple[str, ...] = field(default=())
+
+
+# Adding a task to the matrix is one entry (e.g. Task("sft", RECIPES / "sft.toml", "CAUSAL_LM", ...)).
+TASKS = [
+    Task("cls", RECIPES / "cls.toml", "SEQ_CLS", ("这家酒店服务很好",), "label"),
+    Task("ner", RECIPES / "ner.toml", "TOKEN_CLS", ("小明在北京大学读书",), "entities"),
+    Task("pair-cross", RECIPES / "pair.toml", "SEQ_CLS", ("怎么退款", "如何申请退款"), "label", ("options.mode=cross",)),
+    Task("pair-bi", RECIPES / "pair.toml", "FEATURE_EXTRACTION", ("怎么退款", "如何申请退款"), "similarity", ("options.mode=bi",)),
+    Task("sft", RECIPES / "sft.toml", "CAUSAL_LM", ("湖畔酒店几点可以入住？",), "response",
+         ("options.generation_eval.rows=1", "options.generation_eval.max_new_tokens=4", "model.scratch.min_frequency=1")),
+]
+BY_ID = {t.id: t for t in TASKS}
+
+METHOD_SETS = {
+    "lora": ("peft.r=4",),
+    "prefix": ("peft.num_virtual_tokens=4",),
+    "p_tuning": ("peft.num_virtual_tokens=4", "peft.encoder_hidden_size=16"),
+    "prompt": ("peft.num_virtual_tokens=4",),
+    "ia3": (),
+}
+
+FAST = [
+    *TINY,
+    "data.max_train_rows=16",
+    "data.max_eval_rows=8",
+    "train.max_steps=2",
+    "train.batch_size=8",
+    "train.eval_strategy=no",
+    "train.learning_rate=0.05",
+    "train.warmup=0",
+]
+
+
+def argv(command: str, *args: object, sets: list[str] | tuple[str, ...] = ()) -> list[str]:
+    out = [command, *(str(a) for a in args)]
+    for s in sets:
+        out += ["--set", s]
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return tmp_path_factory.mktemp("peft-runs")
+
+
+@pytest.fixture(scope="module")
+def train(runs):
+    """``train(task_id, method, *sets)`` → (exit code, stderr, run dir); each distinct run once."""
+    from nlptasks.cli import main
+
+    done: dict[tuple[str, ...], tuple[int, str, Path]] = {}
+
+    def call(task_id: str, method: str, *sets: str, name: str | None = None) -> tuple[int, str, Path]:
+        key = (task_id, method, *sets)
+        if key not in done:
+            import contextlib
+            import io
+
+            task = BY_ID[task_id]
+            name = name or f"{task_id}-{method}-{len(done)}"
+            every = [*FAST, *task.sets, f"peft.method={method}", *METHOD_SETS[method], *sets,
+                     f"output.dir={runs}", f"output.run_name={name}"]
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                code = main(argv("run", task.recipe, "--no-progress", sets=every))
+            task_name = task_id.split("-")[0]
+            done[key] = (code, err.getvalue(), runs / task_name / name)
+        return done[key]
+
+    return call
+
+
+def infer(cli, run_dir: Path, *inputs: str, extra: tuple[str, ...] = ()) -> list[dict]:
+    code, out, err = cli("infer", "--model", run_dir, *extra, *inputs)
+    assert code == 0, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+# --- the matrix ------------------------------------------------------------------------------
+
+
+def test_the_plugins_declare_the_task_types_of_the_matrix():
+    from nlptasks.recipe import load_recipe
+
+    for task in TASKS:
+        loaded = load_recipe(task.recipe, [*task.sets, "peft.method=lora"])
+        assert loaded.task.peft_task_type_for(loaded.options) == task.task_type, task.id
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("task", TASKS, ids=[t.id for t in TASKS])
+def test_matrix(task, method, train, cli, tmp_path):
+    """Works where the support table says so (train, save, move, infer), else a recipe error."""
+    code, err, run_dir = train(task.id, method)
+    reason = unsupported_reason(task.task_type, method)
+    if reason is not None:
+        assert code == 2
+        assert f"peft.method: '{method}' does not work for task" in err and task.task_type in err
+        assert not run_dir.exists()  # refused at validation, before anything ran
+        return
+    assert code == 0, err
+    manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["peft"]["method"] == method and manifest["peft"]["task_type"] == task.task_type
+    assert (run_dir / "adapter_config.json").exists() and (run_dir / "adapter_model.safetensors").exists()
+    assert not (run_dir / "model.safetensors").exists()  # no full model at the top: the adapter only
+    assert (run_dir / "base" / "model.safetensors").exists()  # the frozen random base (from scratch)
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(run_dir, moved)  # loads from the folder alone, wherever it is
+    results = infer(cli, moved, *task.infer)
+    assert results and all(task.result_key in r for r in results)
+
+
+# --- what is saved, and the parameter counts ------------------------------------------------
+
+
+def count(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_lora_counts_and_files(train):
+    """hidden 32, 1 layer, r 4 on query and value: 2 × 4 × (32 + 32) = 512 LoRA weights, plus the
+    classifier head (32 × 2 + 2 = 66) that peft trains in full for classification."""
+    from safetensors import safe_open
+    from transformers import AutoModelForSequenceClassification
+
+    code, err, run_dir = train("cls", "lora")
+    assert code == 0, err
+    info = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["peft"]
+    assert info["trainable_parameters"] == 512 + 66
+    base = AutoModelForSequenceClassification.from_pretrained(run_dir / "base")
+    # the PeftModel holds the base, the LoRA matrices and a trained copy of the head
+    assert info["total_parameters"] == count(base) + 512 + 66
+    share = 100 * 578 / info["total_parameters"]
+    assert f"trainable 578 of {info['total_parameters']:,} parameters ({share:.1f}%)" in err
+    with safe_open(str(run_dir / "adapter_model.safetensors"), "pt") as fh:
+        keys = list(fh.keys())
+    assert sum(1 for k in keys if "lora_A" in k or "lora_B" in k) == 4
+    assert {k for k in keys if "lora" not in k} == {
+        "base_model.model.classifier.weight", "base_model.model.classifier.bias"
+    }  # no frozen base weight in the adapter
+    assert info["base"]["kind"] == "scratch" and info["adapters"] == {"default": {"path": ".", "method": "lora"}}
+
+
+def test_prompt_method_trains_only_the_virtual_tokens_and_head(train):
+    code, err, run_dir = train("cls", "prompt")
+    assert code == 0, err
+    info = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["peft"]
+    assert info["trainable_parameters"] == 4 * 32 + 66  # 4 virtual tokens × hidden 32, and the head
+
+
+def test_prompt_init_text(train, cli, tmp_path):
+    code, err, run_dir = train("cls", "prompt", "peft.prompt_init_text='服务很好'", "train.learning_rate=1e-9")
+    assert code == 0, err
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification
+
+    moved = tmp_path / "moved"
+    shutil.move(str(run_dir), moved)  # the tokenizer path peft recorded no longer exists
+    assert infer(cli, moved, "服务很好")[0]["label"] in {"正面", "负面"}
+    weights = load_file(str(moved / "adapter_model.safetensors"))
+    (prompt,) = [v for k, v in weights.items() if "prompt_embeddings" in k or "embedding" in k]
+    base = AutoModelForSequenceClassification.from_pretrained(moved / "base")
+    # the 4 virtual tokens start as the embeddings of the text's first 4 tokens as the tokenizer
+    # encodes it ([CLS] 服 务 很); a learning rate of 1e-9 leaves them there
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(moved)("服务很好")["input_ids"][:4]
+    start = base.bert.embeddings.word_embeddings.weight[ids].detach()
+    assert float((prompt - start).abs().max()) < 1e-6
+
+
+def test_base_only_and_adapter_differ(train, cli):
+    """The adapter matters: the check inputs give other logits without it (so the merge check
+    below compares something)."""
+    from nlptasks.engine import load_trained_model
+    from nlptasks.engine.adapters import model_outputs
+
+    code, err, run_dir = train("cls", "lora")
+    manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    check = json.loads((run_dir / "peft_check.json").read_text(encoding="utf-8"))["inputs"]
+    with_adapter = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification"), check, "SEQ_CLS")
+    base = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification", base_only=True), check, "SEQ_CLS")
+    assert max(float((a[2] - b[2]).abs().max()) for a, b in zip(with_adapter, base, strict=True)) > 1e-3
+    ours = infer(cli, run_dir, "这家酒店服务很好")[0]
+    bare = infer(cli, run_dir, "这家酒店服务很好", extra=("--base-only",))[0]
+    assert ours["score"] != bare["score"]
+
+
+# --- several adapters on one base -------------------------------------------------------------
+
+
+def test_add_adapter_and_infer_with_it(train, cli, tmp_path):
+    code, err, lora = train("cls", "lora")
+    assert code == 0, err
+    code, err, ia3 = train("cls", "ia3")
+    assert code == 0, err
+    target = tmp_path / "multi"
+    shutil.copytree(lora, target)
+    code, out, err = cli("add-adapter", target, ia3, "--name", "scaled")
+    assert code == 0, err
+    assert "added adapter 'scaled'" in out
+    assert (target / "adapters" / "scaled" / "adapter_config.json").exists()
+    text = "这家酒店服务很好"
+    assert infer(cli, target, text, extra=("--adapter", "scaled")) == infer(cli, ia3, text)
+    assert infer(cli, target, text) == infer(cli, lora, text)
+    code, _, err = cli("infer", "--model", target, "--adapter", "scaed", text)
+    assert code == 2 and "no adapter 'scaed' (did you mean 'scaled'?)" in err
+    code, _, err = cli("add-adapter", target, ia3, "--name", "scaled")
+    assert code == 2 and "already has an adapter 'scaled'" in err
+
+
+def test_add_adapter_refuses_another_base(train, cli, tmp_path):
+    code, err, lora = train("cls", "lora")
+    code, err, other = train("cls", "ia3", "seed=7")  # another seed: other random base weights
+    assert code == 0, err
+    target = tmp_path / "multi"
+    shutil.copytree(lora, target)
+    code, _, err = cli("add-adapter", target, other, "--name", "x")
+    assert code == 2
+    assert "its adapter was not trained on the base of" in err and "base: 'scratch weights sha256" in err
+    code, err, pair = train("pair-cross", "lora")
+    code, _, err = cli("add-adapter", target, pair, "--name", "x")
+    assert code == 2 and "task: 'cls' here, 'pair' in" in err
+
+
+def test_adapter_flags_on_a_full_run(cli, run_recipe):
+    run_dir = run_recipe(RECIPES / "cls.toml", *FAST)
+    code, _, err = cli("infer", "--model", run_dir, "--base-only", "好")
+    assert code == 2 and "trained the whole model; it has no adapters" in err
+    code, _, err = cli("export", run_dir, "--merge", run_dir.parent / "m")
+    assert code == 2 and "there is no adapter to merge" in err
+
+
+# --- export --merge ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_id,method", [("cls", "lora"), ("ner", "ia3"), ("pair-bi", "lora"), ("pair-cross", "ia3")])
+def test_export_merge(task_id, method, train, cli, tmp_path):
+    import transformers
+
+    from nlptasks.engine import load_trained_model
+    from nlptasks.engine.adapters import compare_outputs, model_outputs
+
+    task = BY_ID[task_id]
+    code, err, run_dir = train(task_id, method)
+    assert code == 0, err
+    out = tmp_path / "merged"
+    code, stdout, err = cli("export", run_dir, "--merge", out)
+    assert code == 0, err
+    check = json.loads((run_dir / "peft_check.json").read_text(encoding="utf-8"))["inputs"]
+    assert len(check) == (8 if task_id == "pair-bi" else 4)  # the bi-encoder stores both sides
+    assert f"same predictions on {len(check)} stored inputs" in stdout
+    assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
+    manifest = json.loads((out / "nlptasks.json").read_text(encoding="utf-8"))
+    assert "peft" not in manifest and manifest["merged_from"]["method"] == method
+    # a complete run of its own, loading with plain transformers ...
+    plain = getattr(transformers, manifest["model_class"]).from_pretrained(out)
+    adapter_manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    adapter = load_trained_model(run_dir, adapter_manifest, manifest["model_class"])
+    differences, largest = compare_outputs(
+        model_outputs(adapter, check, task.task_type), model_outputs(plain, check, task.task_type)
+    )
+    assert not differences and largest < 1e-4
+    # ... and through nlptasks infer, with the adapter run's predictions (similarities equal up to
+    # float rounding)
+    merged, ours = infer(cli, out, *task.infer), infer(cli, run_dir, *task.infer)
+    for a, b in zip(merged, ours, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == (pytest.approx(b[key], abs=1e-5) if key in ("similarity", "score") else b[key])
+
+
+def test_compare_outputs_reports_a_mismatch():
+    import torch
+
+    from nlptasks.engine.adapters import compare_outputs
+
+    a = [("argmax", [[1]], torch.tensor([[0.1, 0.9]]))]
+    b = [("argmax", [[0]], torch.tensor([[0.9, 0.1]]))]
+    differences, largest = compare_outputs(a, b)
+    assert differences == ["input 1: argmax of the logits [[1]] → [[0]]"] and largest == pytest.approx(0.8)
+    h = [("hidden", None, torch.zeros(1, 3, 4))]
+    assert compare_outputs(h, [("hidden", None, torch.full((1, 3, 4), 0.5))])[0]
+    assert compare_outputs([("tokens", [5, 6], None)], [("tokens", [5, 7], None)])[0] == [
+        "input 1: greedy tokens [5, 6] → [5, 7]"
+    ]
+
+
+@pytest.mark.parametrize("method", ["prefix", "p_tuning", "prompt"])
+def test_export_refuses_methods_that_cannot_merge(method, train, cli, tmp_path):
+    code, err, run_dir = train("cls", method)
+    assert code == 0, err
+    code, _, err = cli("export", run_dir, "--merge", tmp_path / "m")
+    assert code == 2
+    assert f"uses method '{method}', which cannot be merged" in err and "only lora and ia3 merge" in err
+    assert not (tmp_path / "m").exists()
+
+
+# --- recipe errors ----------------------------------------------------------------------------
+
+
+def validate(cli, *sets: str) -> tuple[int, str]:
+    code, _, err = cli(*argv("validate", RECIPES / "cls.toml", sets=sets))
+    return code, err
+
+
+def test_unknown_peft_key_gets_a_did_you_mean(cli):
+    code, err = validate(cli, "peft.method=prompt", "peft.num_virtual_token=4")
+    assert code == 2 and "peft.num_virtual_token: unknown key (did you mean 'num_virtual_tokens'?)" in err
+    code, err = validate(cli, "peft.method=lora", "peft.rank=4")
+    assert code == 2 and "peft.rank: unknown key; allowed keys: method, r, alpha, dropout" in err
+    code, err = validate(cli, "peft.method=adapter")
+    assert code == 2 and "peft.method: Input should be 'lora', 'prefix', 'p_tuning', 'prompt' or 'ia3'" in err
+    code, err = validate(cli, "peft.r=4")
+    assert code == 2 and "peft.method: required key is missing" in err
+
+
+def test_an_option_of_another_method_names_the_key(cli):
+    code, err = validate(cli, "peft.method=prefix", "peft.r=4", "peft.target_modules=['query']")
+    assert code == 2
+    assert "peft.r: is an option of 'lora', not of method 'prefix'" in err
+    assert "peft.target_modules: is an option of 'lora' and 'ia3', not of method 'prefix'" in err
+    assert "the prefix options: num_virtual_tokens, prefix_projection, encoder_hidden_size" in err
+    code, err = validate(cli, "peft.method=lora", "peft.quant_type=fp4")
+    assert code == 2 and 'peft.quant_type: applies only with peft.quantization = "4bit"' in err
+    code, err = validate(cli, "peft.method=lora", "peft.target_modules='.*attention.*(query|value)'")
+    assert code == 0, err  # a regex string is fine
+
+
+def test_a_task_without_a_peft_task_type_refuses_peft():
+    from pydantic import BaseModel, ConfigDict
+
+    from nlptasks import TaskSpec, hookimpl
+    from nlptasks.errors import RecipeError
+    from nlptasks.plugins import Host
+    from nlptasks.recipe import load_recipe
+
+    class NoOpts(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+
+    class Plain:
+        @hookimpl
+        def register_tasks(self, register):
+            register(TaskSpec(name="plain", description="no PEFT", options=NoOpts))
+
+    host = Host()
+    host.register(Plain(), name="plain-plugin")
+    raw = {"task": "plain", "data": {"train": "x.csv"}, "model": {"scratch": {}}, "peft": {"method": "lora"}}
+    with pytest.raises(RecipeError) as info:
+        load_recipe(None, host=host, raw=raw, check_files=False)
+    assert "peft: task 'plain' does not support PEFT: its plugin (plain-plugin) declares no peft_task_type" in str(info.value)
+
+
+# --- GPU-only keys on a machine without CUDA ----------------------------------------------------
+
+
+def _no_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the CPU-only errors do not apply")
+
+
+def test_half_precision_needs_cuda(cli, tmp_path):
+    _no_cuda()
+    sets = [*FAST, "model.dtype=bf16", f"output.dir={tmp_path}", "output.run_name=r"]
+    code, _, err = cli(*argv("run", RECIPES / "cls.toml", "--no-progress", sets=sets))
+    assert code == 2
+    assert "model.dtype: 'bf16' (half precision) needs a CUDA GPU; this machine has none" in err
+    assert "Traceback" not in err and not (tmp_path / "cls").exists()  # before anything was loaded or written
+
+
+def test_qlora_needs_cuda_and_bitsandbytes(cli, tmp_path):
+    _no_cuda()
+    sets = [*FAST, "peft.method=lora", "peft.quantization=4bit", f"output.dir={tmp_path}", "output.run_name=r"]
+    code, _, err = cli(*argv("run", RECIPES / "cls.toml", "--no-progress", sets=sets))
+    assert code == 2
+    assert "peft.quantization: '4bit' loads the base with bitsandbytes, which needs a CUDA GPU (this machine has none)" in err
+    assert "the bitsandbytes package (not installed: pip install bitsandbytes)" in err
+    assert "a pretrained base (model.name_or_path)" in err  # cls.toml builds its model from scratch
+    assert not (tmp_path / "cls").exists()
+
+
+def test_machine_problems_on_a_gpu_without_bitsandbytes():
+    from nlptasks.engine.adapters import machine_problems
+    from nlptasks.recipe import load_recipe
+
+    loaded = load_recipe(RECIPES / "cls.toml", ["peft.method=lora", "peft.quantization=8bit", "model.dtype=bf16"])
+    problems = [str(p) for p in machine_problems(loaded.recipe, cuda=True, bitsandbytes=False)]
+    assert any(p.startswith("peft.quantization: '8bit'") and "bitsandbytes package" in p and "CUDA" not in p for p in problems)
+    assert not any(p.startswith("model.dtype") for p in problems)
+    assert [str(p) for p in machine_problems(loaded.recipe, cuda=True, bitsandbytes=True)] == [
+        "peft.quantization: quantizes a pretrained base (model.name_or_path), not a model built from scratch"
+    ]
+
+
+# --- CAUSAL_LM (for the sft task): the model-level part of the table --------------------------
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_causal_lm_row_of_the_table(method):
+    """Until a causal-LM task joins the matrix above, the CAUSAL_LM row is checked on a tiny Llama:
+    every method trains (loss goes backward into the adapter), and for lora/ia3 merging keeps the
+    greedy tokens that ``nlptasks export --merge`` compares."""
+    import peft as p
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from nlptasks.engine.adapters import compare_outputs, model_outputs
+
+    assert unsupported_reason("CAUSAL_LM", method) is None
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128)
+    model = AutoModelForCausalLM.from_config(config)
+    kinds = {  # lora and ia3 start away from the identity, so merging has something to fold in
+        "lora": lambda: p.LoraConfig(r=4, init_lora_weights=False, task_type="CAUSAL_LM"),
+        "prefix": lambda: p.PrefixTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM"),
+        "p_tuning": lambda: p.PromptEncoderConfig(num_virtual_tokens=4, encoder_hidden_size=16, task_type="CAUSAL_LM"),
+        "prompt": lambda: p.PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM"),
+        "ia3": lambda: p.IA3Config(init_ia3_weights=False, task_type="CAUSAL_LM"),
+    }
+    wrapped = p.get_peft_model(model, kinds[method]())
+    ids = torch.randint(3, 64, (2, 7))
+    out = wrapped(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+    out.loss.backward()
+    trained = [prm.grad for prm in wrapped.parameters() if prm.requires_grad]
+    assert trained and any(g is not None and float(g.abs().sum()) > 0 for g in trained)
+    if method in ("lora", "ia3"):
+        wrapped.eval()
+        inputs = [{"input_ids": row.tolist(), "attention_mask": [1] * 7} for row in ids]
+        before = model_outputs(wrapped, inputs, "CAUSAL_LM")
+        assert len(before[0][1]) == 8  # 8 greedy tokens per input
+        merged = wrapped.merge_and_unload()
+        differences, _ = compare_outputs(before, model_outputs(merged, inputs, "CAUSAL_LM"))
+        assert not differences
