@@ -173,7 +173,7 @@ class ModelConfig(Section):
         return self
 
 
-PeftMethod = Literal["lora", "prefix", "p_tuning", "prompt", "ia3"]
+PeftMethod = Literal["lora", "prefix", "p_tuning", "prompt", "ia3", "none"]
 
 # Which [peft] keys belong to which method (the rest apply to every method).
 PEFT_METHOD_KEYS: dict[str, tuple[PeftMethod, ...]] = {
@@ -204,7 +204,8 @@ class PeftConfig(Section):
 
     method: PeftMethod = Field(
         description="'lora' (low-rank updates), 'ia3' (learned scaling vectors), 'prefix' (trained key/value "
-        "prefixes in every layer), 'p_tuning' (virtual tokens from a small encoder), 'prompt' (virtual tokens)."
+        "prefixes in every layer), 'p_tuning' (virtual tokens from a small encoder), 'prompt' (virtual tokens); "
+        "'none' switches the whole [peft] table off (e.g. --set peft.method=none trains every weight)."
     )
     r: int = Field(8, ge=1, description="lora: rank of the update matrices.")
     alpha: float = Field(16.0, gt=0, description="lora: scaling numerator; updates are scaled by alpha / r.")
@@ -487,6 +488,9 @@ def load_recipe(
         parts, value = parse_override(item)
         _apply_override(raw, parts, value)
         overridden.add(".".join(parts))
+    peft_section = raw.get("peft")
+    if isinstance(peft_section, dict) and peft_section.get("method") == "none":
+        del raw["peft"]  # [peft] switched off: train the whole model, ignore the table's other keys
 
     problems: list[Problem] = []
     recipe: Recipe | None = None

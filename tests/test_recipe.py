@@ -17,7 +17,8 @@ SHIPPED = sorted(RECIPES.rglob("*.toml"))
 
 def test_there_are_recipes():
     names = {p.relative_to(RECIPES).as_posix() for p in SHIPPED}
-    assert {"cls.toml", "hub/cls-rbt3.toml", "pair.toml", "hub/pair-macbert.toml", "hub/pair-biencoder.toml"} <= names
+    assert {"cls.toml", "hub/cls-rbt3.toml", "pair.toml", "hub/pair-macbert.toml", "hub/pair-biencoder.toml",
+            "sft.toml", "hub/sft-bloom-lora.toml", "hub/sft-qwen-qlora.toml"} <= names
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(RECIPES).as_posix())

@@ -34,6 +34,20 @@ def demo_rows(n: int) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+def without_peft_table(folder: Path) -> Path:
+    """The quickstart recipe without its [peft] table (its LoRA keys belong to no other method),
+    with absolute data paths, written into ``folder``."""
+    text = QUICKSTART.read_text(encoding="utf-8")
+    start = text.index("[peft]")
+    end = text.index("[options]", start)
+    text = text[:start] + text[end:]
+    for split in ("train", "validation", "test"):
+        text = text.replace(f'"data/sft/{split}.jsonl"', json.dumps(str(RECIPES / "data" / "sft" / f"{split}.jsonl")))
+    path = folder / "sft-no-peft.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def sets(*items: str) -> list[str]:
     argv: list[str] = []
     for item in items:
@@ -271,13 +285,14 @@ def test_inspect_batch_fails_when_an_example_has_no_token_in_the_loss(tmp_path, 
 
 @pytest.fixture(scope="module")
 def memorized(tmp_path_factory):
-    """~32 examples, many epochs: greedy generation must give back the trained answers."""
+    """~32 examples, many epochs, every weight trained: greedy generation must give back the
+    trained answers."""
     from nlptasks.cli import main
 
     tmp = tmp_path_factory.mktemp("sft")
     data = write_jsonl(tmp / "mem.jsonl", demo_rows(32))
     argv = ["run", str(QUICKSTART), "--no-progress", *sets(
-        f"data.train={data}", f"data.validation={data}", "data.test=", "model.scratch.hidden=64",
+        f"data.train={data}", f"data.validation={data}", "data.test=", "peft.method=none", "model.scratch.hidden=64",
         "model.scratch.intermediate=256", "model.scratch.min_frequency=1", "train.epochs=40", "train.batch_size=8",
         "train.eval_strategy=no", "options.generation_eval.rows=32", "options.generation_eval.metric=exact_match",
         f"output.dir={tmp / 'runs'}", "output.run_name=mem",
@@ -391,7 +406,8 @@ def test_real_alpaca_loss_falls_and_masks_are_right(name, tmp_path, cli):
     assert code == 0, err
     run = tmp_path / "sft" / "r"
     metrics = read_metrics(run)
-    vocab = json.loads((run / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    config = run / "base" / "config.json"  # a LoRA run (the quickstart's): the frozen base's config
+    vocab = json.loads(config.read_text(encoding="utf-8"))["vocab_size"]
     first_loss = _first_logged_loss(err)
     # Below the loss of the first logged steps, and well below guessing (log of the vocabulary).
     assert metrics["validation"]["loss"] < first_loss - 0.5, (first_loss, metrics["validation"])
@@ -408,8 +424,59 @@ def _first_logged_loss(stderr: str) -> float:
 
 @pytest.mark.parametrize("method", ["prefix", "prompt"])
 def test_packing_with_a_virtual_token_peft_method_is_a_recipe_error(tmp_path, cli, method):
-    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
+    recipe = without_peft_table(tmp_path)
+    code, out, err = cli("run", recipe, "--no-progress", *sets(
         *TINY_DECODER, "options.packing=true", f"peft.method={method}", "peft.num_virtual_tokens=4",
         "data.max_train_rows=16", f"output.dir={tmp_path}",
     ))
     assert code == 2 and "options.packing" in err and method in err and "Traceback" not in err
+
+
+def test_peft_method_none_switches_the_quickstarts_lora_off(cli):
+    code, out, err = cli("validate", QUICKSTART, "--show")
+    assert code == 0 and "[peft]" in out and 'method = "lora"' in out
+    code, out, err = cli("validate", QUICKSTART, "--show", "--set", "peft.method=none")
+    assert code == 0, err
+    assert "[peft]" not in out and "r = 32" not in out
+
+
+def test_the_qlora_hub_recipe_stops_at_once_without_cuda(cli, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, out, err = cli("run", RECIPES / "hub" / "sft-qwen-qlora.toml", "--set", f"output.dir={tmp_path}")
+    assert code == 2 and "peft.quantization" in err and "Traceback" not in err
+    assert not any(tmp_path.iterdir())  # refused before anything was loaded or written
+
+
+def test_quickstart_lora_run_loads_in_plain_peft_and_exports_a_checked_merge(tmp_path, cli):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
+        "data.max_train_rows=128", "data.max_eval_rows=16", "train.epochs=6", "options.generation_eval.rows=4",
+        f"output.dir={tmp_path}", "output.run_name=lora",
+    ))
+    assert code == 0, err
+    run = tmp_path / "sft" / "lora"
+    assert "trainable" in err and (run / "adapter_model.safetensors").exists() and (run / "base").is_dir()
+    prompts = [r["instruction"] for r in demo_rows(128) if not r["input"]][:6]
+    code, out, err = cli("infer", "--model", run, *prompts)
+    assert code == 0, err
+    adapter_answers = [json.loads(line)["response"] for line in out.splitlines()]
+
+    # Plain peft: the frozen base from base/, the adapter from the run folder.
+    tok = AutoTokenizer.from_pretrained(run)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run / "base"), run).eval()
+    inputs = tok.apply_chat_template([{"role": "user", "content": prompts[0]}], add_generation_prompt=True,
+                                     return_tensors="pt", return_dict=True)
+    generated = model.generate(**inputs, max_new_tokens=40, do_sample=False)
+    assert tok.decode(generated[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip() == adapter_answers[0]
+
+    code, out, err = cli("export", run, "--merge", tmp_path / "merged")
+    assert code == 0, err
+    assert "same predictions" in out
+    code, out, err = cli("infer", "--model", tmp_path / "merged", *prompts)
+    assert code == 0, err
+    assert [json.loads(line)["response"] for line in out.splitlines()] == adapter_answers
