@@ -366,9 +366,12 @@ def test_generation_flags_on_a_task_that_does_not_generate(cli, run_recipe):
 def test_quickstart_with_packing_trains_and_says_how(tmp_path, cli):
     code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
         *TINY_DECODER, "options.packing=true", "data.max_train_rows=96", "data.max_eval_rows=16", "train.epochs=2",
-        "options.generation_eval.rows=4", f"output.dir={tmp_path}", "output.run_name=p",
+        "options.generation_eval.rows=4", "options.generation_eval.every_steps=5", "train.batch_size=16",
+        f"output.dir={tmp_path}", "output.run_name=p",
     ))
     assert code == 0, err
+    # The generation metric is logged during training (every 5 of the 12 steps) beside the loss.
+    assert len(re.findall(r"validation \(epoch [\d.]+\): gen_char_f1 [\d.]+", err)) == 2, err
     metrics = read_metrics(tmp_path / "sft" / "p")
     assert metrics["validation"]["perplexity"] == pytest.approx(2.718281828 ** metrics["validation"]["loss"], rel=1e-6)
     assert "gen_rouge_l" not in metrics["validation"] and "gen_char_f1" in metrics["validation"]
@@ -480,3 +483,19 @@ def test_quickstart_lora_run_loads_in_plain_peft_and_exports_a_checked_merge(tmp
     code, out, err = cli("infer", "--model", tmp_path / "merged", *prompts)
     assert code == 0, err
     assert [json.loads(line)["response"] for line in out.splitlines()] == adapter_answers
+
+
+def test_chat_rows_with_a_system_prompt_mask_every_assistant_turn(tmp_path, cli):
+    rows = [{"messages": [{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": "好的。"},
+                          {"role": "user", "content": "再说一遍"}, {"role": "assistant", "content": r["output"]}]}
+            for r in demo_rows(12)]
+    train = write_jsonl(tmp_path / "chat.jsonl", rows)
+    code, out, err = cli("inspect-batch", QUICKSTART, "--rows", "1", *sets(
+        f"data.train={train}", "data.validation=", "data.test=", "data.split.validation=0.25", "data.split.seed=3",
+        "options.system=你是酒店客服。"))
+    assert code == 0, err
+    text = next(line for line in out.splitlines() if line.startswith("  text: "))
+    assert text.startswith("  text: <|im_start|>system⏎你是酒店客服。<|im_end|>")
+    assert text.count("«") == 2 and "«好的。<|im_end|>»" in text  # both assistant turns, nothing else
+    first = next(r for r in rows if r["messages"][0]["content"] in text)
+    assert f"«{first['messages'][-1]['content']}<|im_end|>»" in text
