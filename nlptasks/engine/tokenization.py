@@ -137,18 +137,7 @@ def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int, style
         tok.train_from_iterator(texts, trainer=trainer)
         expected = tok.get_vocab_size()
     else:  # bpe, byte level: no [UNK] ever
-        tok = Tokenizer(models.BPE(unk_token=None))
-        tok.normalizer = normalizers.Sequence(norm)
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(
-            vocab_size=cfg.vocab_size,
-            min_frequency=cfg.min_frequency,
-            special_tokens=SPECIALS,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            show_progress=False,
-        )
-        tok.train_from_iterator(texts, trainer=trainer)
+        tok = _byte_level_bpe(texts, cfg, SPECIALS, norm, prefix_space=True)
         expected = tok.get_vocab_size()
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
@@ -170,26 +159,36 @@ def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int, style
     return wrapped
 
 
+def _byte_level_bpe(texts: list[str], cfg: ScratchConfig, specials: list[str], norm: list[Any], prefix_space: bool) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` (no unknown token, ever)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.normalizer = normalizers.Sequence(norm)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=cfg.vocab_size,
+        min_frequency=cfg.min_frequency,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
 def _build_decoder_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int) -> Any:
     """Byte-level BPE for causal LMs: every string round-trips (spaces, newlines, any script)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import normalizers
     from transformers import PreTrainedTokenizerFast
 
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if not texts:
         raise NlptasksError("cannot build a vocabulary: the training texts are empty")
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.normalizer = normalizers.Sequence([normalizers.NFC(), *([normalizers.Lowercase()] if cfg.lowercase else [])])
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=cfg.vocab_size,
-        min_frequency=cfg.min_frequency,
-        special_tokens=DECODER_SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
+    norm = [normalizers.NFC(), *([normalizers.Lowercase()] if cfg.lowercase else [])]
+    # No prefix space: a prompt template's text must tokenize exactly as written.
+    tok = _byte_level_bpe(texts, cfg, DECODER_SPECIALS, norm, prefix_space=False)
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token="<|unk|>",
