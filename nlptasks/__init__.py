@@ -1,6 +1,12 @@
 """nlptasks: NLP fine-tuning as recipes and plugins.
 
-The public API for plugin authors is small and lives here::
+The public API is small and lives here.  For users::
+
+    import nlptasks
+    predict = nlptasks.load("runs/cls/<run>")      # predict(["text", ...]) -> one dict per text
+    nlptasks.run("recipes/cls.toml", ["train.epochs=1"])
+
+and for plugin authors::
 
     from nlptasks import hookimpl, TaskSpec, RunContext, DataError
 
@@ -28,6 +34,8 @@ _EXPORTS = {
     "RunContext": "nlptasks.context",
     "TaskSpec": "nlptasks.context",
     "hookimpl": "nlptasks.hookspecs",
+    "load": "nlptasks.api",
+    "run": "nlptasks.api",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -35,6 +43,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 if TYPE_CHECKING:
     from nlptasks.context import NoOptions, Predictor, RunContext, TaskSpec
     from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
+    from nlptasks.api import load, run
     from nlptasks.hookspecs import hookimpl
 
 

@@ -499,3 +499,17 @@ def test_chat_rows_with_a_system_prompt_mask_every_assistant_turn(tmp_path, cli)
     assert text.count("«") == 2 and "«好的。<|im_end|>»" in text  # both assistant turns, nothing else
     first = next(r for r in rows if r["messages"][0]["content"] in text)
     assert f"«{first['messages'][-1]['content']}<|im_end|>»" in text
+
+
+def test_python_api_load_gives_what_infer_prints(memorized, cli):
+    import nlptasks
+
+    prompts = ["湖畔酒店几点可以入住？", {"instruction": "重复下面这句话。", "input": "早餐在二楼餐厅。"}]
+    code, out, err = cli("infer", "--model", memorized, prompts[0])
+    assert code == 0, err
+    predict = nlptasks.load(memorized)
+    results = predict(prompts)
+    assert results[0] == json.loads(out)
+    assert results[1]["prompt"] == "重复下面这句话。\n\n早餐在二楼餐厅。"
+    with pytest.raises(nlptasks.NlptasksError, match="no such folder"):
+        nlptasks.load(memorized / "missing")

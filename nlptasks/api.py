@@ -1,0 +1,42 @@
+"""The Python API: train a recipe and use a run, the same two things the CLI does.
+
+::
+
+    import nlptasks
+
+    result = nlptasks.run("recipes/cls.toml", ["train.epochs=1"])     # like `nlptasks run`
+    predict = nlptasks.load(result.output_dir)                       # like `nlptasks infer --model`
+    predict(["这家酒店服务很好"])   # [{"text": ..., "label": "正面", "score": 0.97}]: what infer prints
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nlptasks.engine.runner import RunResult
+
+
+def run(recipe: str | Path, overrides: Iterable[str] = (), progress: bool = False) -> RunResult:
+    """Validate ``recipe`` with ``--set``-style ``overrides`` (``"train.epochs=1"``), run the ten
+    steps and save the run; returns its ``output_dir``, ``metrics`` and ``seconds``."""
+    from nlptasks.engine.runner import run as run_recipe
+    from nlptasks.recipe import load_recipe
+
+    return run_recipe(load_recipe(recipe, list(overrides)), progress=progress)
+
+
+def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = False) -> Any:
+    """The predictor of a complete run (step 10): call it with a list of inputs (texts, or dicts
+    as read from a csv/jsonl file) to get one dict per input, in order — exactly the JSON objects
+    ``nlptasks infer --model RUN_DIR`` prints.  ``adapter``/``base_only`` as ``infer --adapter`` /
+    ``--base-only`` for runs trained with ``[peft]``."""
+    from nlptasks.engine.runner import load_predictor
+    from nlptasks.errors import NlptasksError
+
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise NlptasksError(f"{path}: no such folder", hint="Pass the folder `nlptasks run` printed (runs/<task>/<name>).")
+    return load_predictor(path, adapter=adapter, base_only=base_only)
