@@ -16,7 +16,7 @@ import json
 import math
 import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -350,6 +350,8 @@ class LoadedRecipe:
     options: BaseModel
     path: Path | None
     raw: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    """What loading changed beyond the file and the overrides (the CLI prints each as ``note:``)."""
 
     def resolved(self) -> dict[str, Any]:
         """The recipe with every default filled in (what a run saves as ``recipe.toml``)."""
@@ -483,11 +485,13 @@ def load_recipe(
         raw = read_toml(Path(path))
     raw = json.loads(json.dumps(raw, default=str))  # deep copy; TOML dates become strings
 
+    file_peft = dict(raw["peft"]) if isinstance(raw.get("peft"), dict) else None
     overridden: set[str] = set()
     for item in overrides:
         parts, value = parse_override(item)
         _apply_override(raw, parts, value)
         overridden.add(".".join(parts))
+    notes = _switch_peft_method(raw, file_peft, overridden)
     peft_section = raw.get("peft")
     if isinstance(peft_section, dict) and peft_section.get("method") == "none":
         del raw["peft"]  # [peft] switched off: train the whole model, ignore the table's other keys
@@ -531,7 +535,36 @@ def load_recipe(
             hint = "Every key is listed in docs/recipes.md and by `nlptasks schema`."
         raise RecipeError(source, problems, hint=hint)
     assert recipe is not None and spec is not None and options is not None
-    return LoadedRecipe(recipe=recipe, task=spec, options=options, path=Path(path) if path else None, raw=raw)
+    return LoadedRecipe(
+        recipe=recipe, task=spec, options=options, path=Path(path) if path else None, raw=raw, notes=notes
+    )
+
+
+def _switch_peft_method(raw: dict[str, Any], file_peft: dict[str, Any] | None, overridden: set[str]) -> list[str]:
+    """``--set peft.method=X`` on a recipe whose ``[peft]`` uses another method: drop the file's
+    keys that belong only to the old method (``r`` when switching lora → prefix) and say so.
+
+    Keys given with ``--set`` are never dropped: a mismatch there is the user's and stays an error.
+    """
+    section = raw.get("peft")
+    if file_peft is None or not isinstance(section, dict) or "peft.method" not in overridden:
+        return []
+    old, new = file_peft.get("method"), section.get("method")
+    if old == new or new == "none":
+        return []
+    dropped = [
+        key
+        for key in file_peft
+        if key in PEFT_METHOD_KEYS and new not in PEFT_METHOD_KEYS[key] and f"peft.{key}" not in overridden
+    ]
+    for key in dropped:
+        del section[key]
+    if not dropped:
+        return []
+    return [
+        f"peft.method: {old!r} → {new!r} (from --set); the recipe's {old} keys "
+        f"{', '.join(dropped)} do not apply to {new!r} and were left out"
+    ]
 
 
 QUANT_4BIT_KEYS = ("quant_type", "double_quant", "compute_dtype")

@@ -342,7 +342,7 @@ def test_unknown_peft_key_gets_a_did_you_mean(cli):
     code, err = validate(cli, "peft.method=lora", "peft.rank=4")
     assert code == 2 and "peft.rank: unknown key; allowed keys: method, r, alpha, dropout" in err
     code, err = validate(cli, "peft.method=adapter")
-    assert code == 2 and "peft.method: Input should be 'lora', 'prefix', 'p_tuning', 'prompt' or 'ia3'" in err
+    assert code == 2 and "peft.method: Input should be 'lora', 'prefix', 'p_tuning', 'prompt', 'ia3' or 'none'" in err
     code, err = validate(cli, "peft.r=4")
     assert code == 2 and "peft.method: required key is missing" in err
 
@@ -357,6 +357,21 @@ def test_an_option_of_another_method_names_the_key(cli):
     assert code == 2 and 'peft.quant_type: applies only with peft.quantization = "4bit"' in err
     code, err = validate(cli, "peft.method=lora", "peft.target_modules='.*attention.*(query|value)'")
     assert code == 0, err  # a regex string is fine
+
+
+def test_switching_the_method_with_set_leaves_out_the_old_methods_keys(cli):
+    """sft.toml's [peft] is LoRA (r, alpha, target_modules): --set peft.method=prefix trains prefix
+    tuning, says which keys it left out, and keys given with --set are still checked."""
+    from nlptasks.recipe import load_recipe
+
+    code, err = cli(*argv("validate", RECIPES / "sft.toml", sets=["peft.method=prefix"]))[::2]
+    assert code == 0, err
+    assert "note: peft.method: 'lora' → 'prefix' (from --set); the recipe's lora keys r, alpha" in err
+    loaded = load_recipe(RECIPES / "sft.toml", ["peft.method=prefix"])
+    assert loaded.recipe.peft.method == "prefix" and "r" not in loaded.raw["peft"]
+    assert loaded.raw["peft"]["modules_to_save"]  # common to every method: kept
+    code, _, err = cli(*argv("validate", RECIPES / "sft.toml", sets=["peft.method=prefix", "peft.r=8"]))
+    assert code == 2 and "peft.r: is an option of 'lora', not of method 'prefix'" in err
 
 
 def test_a_task_without_a_peft_task_type_refuses_peft():

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import RECIPES
+from conftest import RECIPES, ROOT
 from nlptasks import NoOptions, PluginError, TaskSpec, hookimpl
 from nlptasks.plugins import Host
 
@@ -135,8 +135,18 @@ def test_a_task_of_a_broken_plugin_names_the_failure(broken_dist, tmp_path):
     assert "task: no plugin provides task 'broken'" in proc.stderr
 
 
+def builtin_plugins() -> list[str]:
+    """The built-ins, as pyproject.toml registers them (so a new built-in needs no edit here)."""
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return sorted(pyproject["project"]["entry-points"]["nlptasks"])
+
+
 @pytest.mark.parametrize(
-    "env", [{"NLPTASKS_PLUGINS": ""}, {"NLPTASKS_PLUGINS": "something-else"}, {"NLPTASKS_BLOCK_PLUGINS": "cls,ner,pair"}]
+    "env",
+    [{"NLPTASKS_PLUGINS": ""}, {"NLPTASKS_PLUGINS": "something-else"},
+     {"NLPTASKS_BLOCK_PLUGINS": ",".join(builtin_plugins())}],
 )
 def test_environment_limits_which_plugins_load(env):
     proc = run_cli("plugins", "--json", env=env)

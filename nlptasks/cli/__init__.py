@@ -173,10 +173,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+def _print_notes(loaded) -> None:  # noqa: ANN001 (LoadedRecipe; imported lazily)
+    for note in loaded.notes:
+        print(f"note: {note}", file=sys.stderr)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from nlptasks.recipe import dump_toml, load_recipe
 
     loaded = load_recipe(args.recipe, args.overrides)
+    _print_notes(loaded)
     r = loaded.recipe
     data = r.data.hub or ", ".join(f"{k}={getattr(r.data, k)}" for k in ("train", "validation", "test") if getattr(r.data, k))
     model = r.model.name_or_path or f"from scratch ({r.model.scratch.architecture}, {r.model.scratch.tokenizer} vocabulary)"  # type: ignore[union-attr]
@@ -191,6 +197,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from nlptasks.recipe import load_recipe
 
     loaded = load_recipe(args.recipe, args.overrides)
+    _print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from nlptasks.engine.runner import run
 
@@ -411,6 +418,7 @@ def cmd_inspect_batch(args: argparse.Namespace) -> int:
     if args.rows < 1:
         raise NlptasksError("--rows must be at least 1")
     loaded = load_recipe(args.recipe, args.overrides)
+    _print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from nlptasks.engine.inspect import inspect_batch
 

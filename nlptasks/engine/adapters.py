@@ -138,6 +138,29 @@ def from_pretrained_kwargs(recipe: Recipe) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _ia3_modules(model: Any, target: Any, feedforward: Any) -> tuple[Any, Any]:
+    """IA3's ``target_modules = "all-linear"`` spelled out, with the feed-forward layers among them.
+
+    peft resolves "all-linear" to full module names but takes its default feed-forward layers as
+    short names (``down_proj``), then refuses to load the adapter it saved because the second set
+    is not a subset of the first. Naming both in full here gives an adapter that loads again.
+    """
+    if not (isinstance(target, str) and target.lower() == "all-linear"):
+        return target, feedforward
+    import peft as p
+    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING as FEEDFORWARD
+
+    probe = p.LoraConfig(target_modules="all-linear")  # the same resolution peft does for every method
+    names = sorted(_maybe_include_all_linear_layers(probe, model).target_modules)
+    short = feedforward if feedforward is not None else FEEDFORWARD.get(model.config.model_type)
+    if short is None:
+        return names, None  # peft names the missing feedforward_modules itself
+    short = [short] if isinstance(short, str) else list(short)
+    full = [n for n in names if any(n == f or n.endswith("." + f) for f in short)]
+    return names, full
+
+
 def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
     """The peft config object for the recipe's ``[peft]`` table."""
     import peft as p
@@ -154,7 +177,8 @@ def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
             target_modules=cfg.target_modules, **common,
         )
     if cfg.method == "ia3":
-        return p.IA3Config(target_modules=cfg.target_modules, feedforward_modules=cfg.feedforward_modules, **common)
+        target, feedforward = _ia3_modules(model, cfg.target_modules, cfg.feedforward_modules)
+        return p.IA3Config(target_modules=target, feedforward_modules=feedforward, **common)
     common["num_virtual_tokens"] = cfg.num_virtual_tokens
     if cfg.method == "prefix":
         return p.PrefixTuningConfig(
