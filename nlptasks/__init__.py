@@ -29,6 +29,7 @@ _EXPORTS = {
     "PluginError": "nlptasks.errors",
     "Problem": "nlptasks.errors",
     "RecipeError": "nlptasks.errors",
+    "Finding": "nlptasks.engine.doctor",
     "NoOptions": "nlptasks.context",
     "Predictor": "nlptasks.context",
     "RunContext": "nlptasks.context",
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from nlptasks.context import NoOptions, Predictor, RunContext, TaskSpec
     from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
     from nlptasks.api import load, run
+    from nlptasks.engine.doctor import Finding
     from nlptasks.hookspecs import hookimpl
 
 

@@ -17,6 +17,9 @@ the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
     9  nlptasks_train(ctx, trainer, data)  -> metrics, first result wins
     10 nlptasks_load_predictor(run_dir, manifest) -> predictor (for nlptasks infer)
 
+``nlptasks check RECIPE`` (the data doctor) runs steps 1 to 3, then
+       nlptasks_check(ctx, data)           -> [Finding]  all run
+
 Calling conventions
 -------------------
 *first result wins*: implementations are called newest-registered first (``tryfirst`` /
@@ -62,6 +65,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, Trainer, TrainingArguments
 
     from nlptasks.context import Predictor, RunContext, TaskSpec
+    from nlptasks.engine.doctor import Finding
 
 PROJECT = "nlptasks"
 
@@ -155,6 +159,33 @@ def nlptasks_split(ctx: RunContext, data: DatasetDict) -> DatasetDict | None:
         default carves the splits the recipe did not give as files out of ``train`` with the
         ratios and seed in ``data.split``, stratified on the column named by
         ``TaskSpec.stratify_by`` when the task declares one.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# The data doctor (nlptasks check), after step 3
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def nlptasks_check(ctx: RunContext, data: DatasetDict) -> list[Finding] | None:
+    """Data doctor. Report what is wrong or doubtful in the data, before anything trains.
+
+    **When:** by ``nlptasks check RECIPE``, after steps 1 to 3 (setup, load, split); never during
+    ``nlptasks run``.  No model weights are loaded; a plugin may build or load the tokenizer
+    (``nlptasks.engine.get_tokenizer``) to measure what ``model.max_length`` would cut.
+
+    :param ctx: the run context, as steps 1 to 3 left it (``ctx.sources`` names each split's
+        file; the output folder is a throw-away one).
+    :param data: the split data, *not yet preprocessed*: rows as loaded, with their file row
+        numbers in a ``__row__`` column where the loader kept them.
+    :returns: a list of :class:`nlptasks.Finding` (*all run*: every plugin's findings are
+        collected).  A task plugin checks what it knows about its columns: label sets that
+        differ between splits, class balance, empty and duplicate rows, train↔validation/test
+        overlap, the share of examples and gold labels beyond ``model.max_length``, and its own
+        defects (e.g. tag transitions, responses cut away).  :mod:`nlptasks.engine.doctor` has
+        helpers for the task-independent part of each check.  An ``error`` finding makes
+        ``nlptasks check`` exit non-zero: use it for what would stop the run or void its scores.
     """
 
 

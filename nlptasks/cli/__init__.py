@@ -27,6 +27,7 @@ examples:
   nlptasks run recipes/cls.toml --set peft.method=lora  train a LoRA adapter instead
   nlptasks export runs/cls/RUN --merge merged/       merge a lora/ia3 adapter into a full model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
+  nlptasks check recipes/ner.toml                    find problems in a recipe's data before training
   nlptasks plugins                                   list plugins, tasks and hooks
 """
 
@@ -59,6 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a recipe key (repeatable)")
     p.add_argument("--show", action="store_true", help="print the resolved recipe (defaults filled in)")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("check", help="the data doctor: find problems in a recipe's data before training",
+                       description="Load and split a recipe's data (tokenizer only: no model weights, no GPU) and "
+                                   "report label sets that differ between splits, class balance, empty and "
+                                   "duplicate rows, train/validation/test overlap, what model.max_length would "
+                                   "cut, and the task's own defects. Exits 1 when there are errors.")
+    p.add_argument("recipe", help="recipe file (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (repeatable)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("infer", help="predict with a trained run",
                        description="Predict with a trained run; one JSON object per input on stdout.")
@@ -191,6 +203,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
     else:
         print(f"ok: {args.recipe}: task {loaded.task.name!r}, data {data}, model {model}")
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from nlptasks.recipe import load_recipe
+
+    loaded = load_recipe(args.recipe, args.overrides)
+    _print_notes(loaded)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from nlptasks.engine.doctor import check
+
+    report = check(loaded)
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+    else:
+        print(report.text())
+    return 1 if report.errors else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -142,6 +142,56 @@ def _check_labels(ctx: RunContext, split: str, ds: Any, known: set[str], origin:
 
 
 @hookimpl
+def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
+    """The data doctor: empty texts and labels, label sets, balance, duplicates, overlap, length."""
+    from nlptasks.engine import get_tokenizer
+    from nlptasks.engine.doctor import Finding, balance, blank_texts, duplicates, label_sets, row_numbers
+    from nlptasks.engine.doctor import split_overlap, truncation
+
+    opts: ClsOptions = ctx.options
+    findings = []
+    for split, ds in data.items():
+        missing = [c for c in (opts.text_column, opts.label_column) if c not in ds.column_names]
+        if missing:
+            findings.append(Finding("error", "columns", f"no column {missing[0]!r}; the columns are: "
+                                    f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)} (name the "
+                                    "right one in options.text_column / options.label_column)", split))
+    if findings:
+        return findings
+
+    def text(row: dict[str, Any]) -> str | None:
+        value = row[opts.text_column]
+        return " ".join(str(value).split()) if value is not None and str(value).strip() else None
+
+    def labels_of(row: dict[str, Any]) -> list[str]:
+        label = _label_text(row[opts.label_column])
+        return [] if label is None else [label]
+
+    findings += blank_texts(ctx, data, [opts.text_column])
+    for split, ds in data.items():
+        no_label = [n for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True) if _label_text(v) is None]
+        if no_label:
+            findings.append(Finding("warning", "empty-label", f"{len(no_label)} row(s) without a label; a run drops them",
+                                    split, no_label))
+    findings += label_sets(ctx, data, labels_of, known=opts.labels, known_from="options.labels" if opts.labels else "train",
+                           hint="; a run stops on them (fix the rows, or list every label in options.labels)")
+    findings += balance(ctx, data, labels_of)
+    findings += duplicates(ctx, data, text, label=lambda row: tuple(labels_of(row)))
+    findings += split_overlap(ctx, data, text)
+
+    train_texts = [str(t) for t in data["train"][opts.text_column] if t is not None] if "train" in data else []
+    tokenizer = get_tokenizer(ctx, corpus=iter(train_texts))
+    max_length = ctx.recipe.model.max_length
+    for split, ds in data.items():
+        rows, texts = row_numbers(ds), ["" if t is None else str(t) for t in ds[opts.text_column]]
+        lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
+        long_rows = [n for n, length in zip(rows, lengths, strict=True) if length > max_length]
+        findings.append(truncation(split, long_rows, len(ds), max_length=max_length,
+                                   consequence="the end of each is cut off; raise model.max_length to keep it"))
+    return findings
+
+
+@hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
     from nlptasks.engine import load_model
 

@@ -347,6 +347,15 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     return out
 
 
+@hookimpl
+def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
+    """The data doctor: tags against the scheme, invalid transitions, entity types per split,
+    empty/duplicate/shared sentences, and sentences longer than model.max_length."""
+    from .check import check
+
+    return check(ctx, data)
+
+
 # --------------------------------------------------------------------------------------------
 # Steps 5, 6, 8: model, metrics, collator
 # --------------------------------------------------------------------------------------------

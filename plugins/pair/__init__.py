@@ -282,6 +282,75 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     return out
 
 
+@hookimpl
+def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
+    """The data doctor: empty sides, labels or scores, label sets and balance, duplicate pairs,
+    pairs shared by train and validation/test, and pairs longer than model.max_length."""
+    from nlptasks.engine import get_tokenizer
+    from nlptasks.engine.doctor import Finding, balance, blank_texts, duplicates, label_sets, row_numbers
+    from nlptasks.engine.doctor import split_overlap, truncation
+
+    opts: PairOptions = ctx.options
+    findings = []
+    names = {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column, "label_column": opts.label_column}
+    for split, ds in data.items():
+        for key, column in names.items():
+            if column not in ds.column_names:
+                findings.append(Finding("error", "columns", f"no column {column!r} (options.{key}); the columns are: "
+                                        f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)}", split))
+    if findings:
+        return findings
+    consequence = "a run stops on them" if opts.bad_rows == "error" else "a run skips them (options.bad_rows = 'skip')"
+    level = "error" if opts.bad_rows == "error" else "warning"
+    findings += blank_texts(ctx, data, [opts.text_a_column, opts.text_b_column], level=level, consequence=consequence)
+    for split, ds in data.items():
+        bad = [n for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True)
+               if _label_text(v) is None or (opts.label_type == "score" and _score(v) is None)]
+        if bad:
+            what = "without a numeric score" if opts.label_type == "score" else "without a label"
+            findings.append(Finding(level, "empty-label", f"{len(bad)} row(s) {what}; {consequence}", split, bad))
+
+    def norm(value: Any) -> str:
+        return " ".join(str(value).split()) if value is not None else ""
+
+    pair = lambda row: (norm(row[opts.text_a_column]), norm(row[opts.text_b_column]))  # noqa: E731
+    either_order = lambda row: tuple(sorted(pair(row)))  # noqa: E731
+    if opts.label_type == "classes":
+        def labels_of(row: dict[str, Any]) -> list[str]:
+            label = _label_text(row[opts.label_column])
+            return [] if label is None else [label]
+
+        findings += label_sets(ctx, data, labels_of, known=opts.labels,
+                               known_from="options.labels" if opts.labels else "train",
+                               hint="; a run stops on them (fix the rows, or list every label in options.labels)")
+        findings += balance(ctx, data, labels_of)
+    else:
+        for split, ds in data.items():
+            scores = [x for x in (_score(v) for v in ds[opts.label_column]) if x is not None]
+            if scores:
+                findings.append(Finding("info", "scores", f"scores from {min(scores):g} to {max(scores):g}, mean "
+                                        f"{sum(scores) / len(scores):.2f} over {len(scores):,} rows", split))
+    findings += duplicates(ctx, data, either_order, label=lambda row: _label_text(row[opts.label_column]), what="pair")
+    findings += split_overlap(ctx, data, either_order, what="pair (in either order)")
+
+    corpus = [norm(t) for column in (opts.text_a_column, opts.text_b_column) for t in data["train"][column]] \
+        if "train" in data else []
+    tokenizer = get_tokenizer(ctx, corpus=corpus)
+    max_length = ctx.recipe.model.max_length
+    for split, ds in data.items():
+        a = [norm(t) for t in ds[opts.text_a_column]]
+        b = [norm(t) for t in ds[opts.text_b_column]]
+        if opts.mode == "cross":
+            lengths = [len(ids) for ids in tokenizer(a, b, truncation=False)["input_ids"]]
+        else:  # each side is encoded on its own
+            la, lb = (tokenizer(side, truncation=False)["input_ids"] for side in (a, b))
+            lengths = [max(len(x), len(y)) for x, y in zip(la, lb, strict=True)]
+        long_rows = [n for n, length in zip(row_numbers(ds), lengths, strict=True) if length > max_length]
+        findings.append(truncation(split, long_rows, len(ds), max_length=max_length, what="pair(s)",
+                                   consequence="their ends are cut off; raise model.max_length to keep them"))
+    return findings
+
+
 # ---------------------------------------------------------------------------------------------
 # Steps 5 to 9
 # ---------------------------------------------------------------------------------------------

@@ -114,14 +114,32 @@ def nlptasks_setup(ctx: RunContext) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _tokenizer_and_template(ctx: RunContext, train: list[tuple[int, list[dict[str, str]]]]) -> tuple[Any, Any, list[int]]:
+    """The tokenizer (built from the training conversations when from scratch), the chat
+    template with it, and the token ids generation stops at."""
+    from nlptasks.engine import get_tokenizer
+
+    from .templates import choose_template, stop_token_ids
+
+    # The template's own words (role names, alpaca headers) belong in a from-scratch vocabulary too.
+    markers = "user\nassistant\nsystem\n### Instruction:\n### Response:\n"
+    corpus = (text for _, conv in train for text in (markers, *(m["content"] for m in conv)))
+    tokenizer = get_tokenizer(ctx, corpus=corpus, style="decoder")
+    if tokenizer.pad_token_id is None:  # many decoders ship without one; padding is masked anyway
+        tokenizer.pad_token = tokenizer.eos_token
+    template = choose_template(ctx.options.template, tokenizer, scratch=ctx.recipe.model.scratch is not None)
+    stops = stop_token_ids(tokenizer, template.stop_tokens)
+    if not stops:
+        raise RecipeError("recipe", [Problem("options.template", "the tokenizer has no eos token and the template no end-of-turn token: generation could never stop")])
+    return tokenizer, template, stops
+
+
 @hookimpl
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     from datasets import DatasetDict
 
-    from nlptasks.engine import get_tokenizer
-
     from .data import RowProblem, detect_shape, reference, to_messages
-    from .templates import choose_template, loss_labels, stop_token_ids, supervised_spans
+    from .templates import loss_labels, supervised_spans
 
     opts: SftOptions = ctx.options
     conversations: dict[str, list[tuple[int, list[dict[str, str]]]]] = {}
@@ -151,16 +169,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         conversations[split], references[split] = kept, refs
     ctx.manifest["shape"] = shape
 
-    # The template's own words (role names, alpaca headers) belong in a from-scratch vocabulary too.
-    markers = "user\nassistant\nsystem\n### Instruction:\n### Response:\n"
-    corpus = (text for _, conv in conversations["train"] for text in (markers, *(m["content"] for m in conv)))
-    tokenizer = get_tokenizer(ctx, corpus=corpus, style="decoder")
-    if tokenizer.pad_token_id is None:  # many decoders ship without one; padding is masked anyway
-        tokenizer.pad_token = tokenizer.eos_token
-    template = choose_template(opts.template, tokenizer, scratch=ctx.recipe.model.scratch is not None)
-    stops = stop_token_ids(tokenizer, template.stop_tokens)
-    if not stops:
-        raise RecipeError("recipe", [Problem("options.template", "the tokenizer has no eos token and the template no end-of-turn token: generation could never stop")])
+    tokenizer, template, stops = _tokenizer_and_template(ctx, conversations["train"])
     ctx.state["stop_ids"] = stops
     ctx.log.info("template %s (stored with the tokenizer); generation stops at %s", template.name,
                  ", ".join(tokenizer.convert_ids_to_tokens(stops)))
@@ -220,6 +229,15 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         system=opts.system,
     )
     return out
+
+
+@hookimpl
+def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
+    """The data doctor: malformed rows, empty prompts, duplicate and shared prompts, and
+    responses that model.max_length cuts (partly, or away entirely)."""
+    from .check import check
+
+    return check(ctx, data)
 
 
 # ---------------------------------------------------------------------------------------------
