@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npacked/padded tokens/s: x{ratio:.2f} (issue target on GPU: >= x1.3)")
     print(f"validation loss {'equal' if same_loss else 'DIFFERENT'} "
           f"({padded['validation_loss']:.4f} vs {packed['validation_loss']:.4f})")
+    if not same_loss and args.peft == "lora":
+        print("  (LoRA dropout draws its masks over the batch's shape, which packing changes: compare with "
+              "--set peft.dropout=0 to check that packing itself changes nothing)")
     print(f"load average before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f}")
     result = {
         "date": _dt.datetime.now().isoformat(timespec="seconds"),
