@@ -174,3 +174,13 @@ def test_trace_logs_hook_calls():
     )
     assert proc.returncode == 0, proc.stderr
     assert "[trace]" in proc.stderr and "nlptasks_metrics" in proc.stderr
+
+
+def test_listing_says_each_tasks_best_metric_and_peft_type():
+    tasks = json.loads(run_cli("plugins", "--json").stdout)["tasks"]
+    assert tasks["cls"]["peft_task_type"] == "SEQ_CLS" and tasks["cls"]["best_metric"] == "accuracy"
+    assert tasks["ner"]["peft_task_type"] == "TOKEN_CLS"
+    assert tasks["sft"]["peft_task_type"] == "CAUSAL_LM"
+    assert "FEATURE_EXTRACTION" in tasks["pair"]["peft_task_type"]  # depends on options.mode: its docstring
+    text = run_cli("plugins").stdout
+    assert "best metric: accuracy; peft: SEQ_CLS" in text

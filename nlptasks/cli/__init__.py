@@ -499,7 +499,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         payload = {
             "plugins": [info.__dict__ for info in infos],
             "tasks": {
-                name: {"plugin": spec.plugin, "description": spec.description, "best_metric": spec.best_metric_text()}
+                name: {"plugin": spec.plugin, "description": spec.description, "best_metric": spec.best_metric_text(),
+                       "peft_task_type": spec.peft_task_type_text()}
                 for name, spec in sorted(host.tasks.items())
             },
             "failures": [f.__dict__ for f in host.failures],
@@ -510,7 +511,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         version = f" {info.version}" if info.version else ""
         print(f"{info.name}  ({info.dist}{version})")
         for task in info.tasks:
-            print(f"  task {task}: {host.tasks[task].description}")
+            spec = host.tasks[task]
+            print(f"  task {task}: {spec.description}")
+            print(f"    best metric: {spec.best_metric_text()}; peft: {spec.peft_task_type_text()}")
         print(f"  hooks: {', '.join(info.hooks) or '-'}")
     for failure in host.failures:
         print(f"FAILED {failure}")
