@@ -54,8 +54,8 @@ _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: bool | None = None) -> list[Problem]:
-    """Recipe keys this machine cannot honour: half precision and quantization need CUDA, and
-    quantization needs bitsandbytes.  Checked at run start, before any model is loaded.
+    """Recipe keys this machine cannot honour: half precision, quantization, the 8-bit optimizer
+    and tf32 need CUDA, and quantization and the 8-bit optimizer need bitsandbytes.  Checked at run start, before any model is loaded.
 
     :param cuda: whether a CUDA GPU is present (default: ask torch).
     :param bitsandbytes: whether bitsandbytes is installed (default: look for it).
@@ -73,6 +73,21 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
     if dtype != "fp32" and not cuda:
         problems.append(
             Problem("model.dtype", f"{dtype!r} (half precision) needs a CUDA GPU; this machine has none (use \"fp32\")")
+        )
+    opt = recipe.optimize
+    if opt.optimizer == "adamw_8bit" and not (cuda and bitsandbytes):
+        need = [w for w, ok in (("a CUDA GPU (this machine has none)", cuda), (
+            "the bitsandbytes package (not installed: pip install bitsandbytes)", bitsandbytes)) if not ok]
+        problems.append(
+            Problem(
+                "optimize.optimizer",
+                f"'adamw_8bit' keeps 8-bit optimizer states with bitsandbytes, which needs {' and '.join(need)}; "
+                "on this machine use one of: 'adamw_torch', 'adamw_torch_fused', 'adafactor'",
+            )
+        )
+    if opt.tf32 and not cuda:
+        problems.append(
+            Problem("optimize.tf32", "true needs a CUDA GPU (Ampere or newer); this machine has none (use false)")
         )
     peft = recipe.peft
     if peft is not None and peft.quantization != "none":
@@ -96,6 +111,14 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
     return problems
 
 
+_CPU_VALUES = {
+    "model.dtype": "fp32",
+    "peft.quantization": "none",
+    "optimize.optimizer": "adamw_torch",
+    "optimize.tf32": "false",
+}
+
+
 def check_machine(recipe: Recipe, source: str = "recipe") -> None:
     """Raise a :class:`RecipeError` naming the keys this machine cannot honour (see :func:`machine_problems`)."""
     problems = machine_problems(recipe)
@@ -103,8 +126,9 @@ def check_machine(recipe: Recipe, source: str = "recipe") -> None:
         raise RecipeError(
             source,
             problems,
-            hint="Half precision and 4/8-bit loading run on a CUDA GPU only (docs/peft.md); on this machine: "
-            "--set model.dtype=fp32 --set peft.quantization=none",
+            hint="Half precision, 4/8-bit loading, 8-bit optimizers and tf32 run on a CUDA GPU only (docs/peft.md, "
+            "docs/optimize.md); on this machine: "
+            + " ".join(dict.fromkeys(f"--set {p.where}={_CPU_VALUES[p.where]}" for p in problems if p.where in _CPU_VALUES)),
         )
 
 
