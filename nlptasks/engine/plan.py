@@ -104,7 +104,7 @@ def ladder(recipe: Recipe, layers: int, device: str = "cpu", bitsandbytes: bool 
         Rung("checkpointing", "+ gradient checkpointing", "activations", checkpoint, 1, effective),
         Rung(optimizer, "+ 8-bit AdamW" if eight_bit else "+ Adafactor", "optimizer states",
              cheap_optimizer, 1, effective),
-        Rung("freeze", f"+ freeze the body ({layers} layers, embeddings)", "gradients, optimizer states",
+        Rung("freeze", f"+ freeze the body ({layers} layer{'s' if layers != 1 else ''}, embeddings)", "gradients, optimizer states",
              freeze, 1, effective, frozen_note),
         Rung("max_length", f"+ max length {short}", "activations", shorter, 1, effective,
              f"{frozen_note}; {cut_note}"),
@@ -472,18 +472,18 @@ def _needs(recipe: Recipe, cuda: bool, bitsandbytes: bool) -> str:
     from nlptasks.engine.adapters import machine_problems
 
     problems = machine_problems(recipe, cuda=cuda, bitsandbytes=bitsandbytes)
-    reasons = []
+    reasons: list[str] = []
     for p in problems:
         text = p.message
-        if "CUDA" in text and not cuda and "needs CUDA" not in reasons:
-            reasons.append("needs CUDA")
-        if "bitsandbytes" in text and not bitsandbytes and "needs bitsandbytes" not in reasons:
-            reasons.append("needs bitsandbytes")
+        if "CUDA" in text and not cuda and "CUDA" not in reasons:
+            reasons.append("CUDA")
+        if "bitsandbytes" in text and not bitsandbytes and "bitsandbytes" not in reasons:
+            reasons.append("bitsandbytes")
         if "pretrained base" in text:
-            reasons.append("needs a pretrained base (model.name_or_path)")
+            reasons.append("a pretrained base")
     if problems and not reasons:
-        reasons.append(f"{problems[0].where}: {problems[0].message}")
-    return ", ".join(reasons)
+        return f"cannot run here: {problems[0].where}: {problems[0].message}"
+    return "needs " + ", ".join(reasons) if reasons else ""
 
 
 def meta_model(loaded: LoadedRecipe) -> tuple[Any, Any, Any]:
@@ -663,6 +663,7 @@ def plan_text(plan: Plan, measured: dict[str, dict[str, Any]] | None = None, mea
     headers = ["rung", "targets", "batch", "params (trainable)", "weights", "grads", "optimizer", "activations", "total"]
     if measured is not None:
         headers.append(measure_label or "measured")
+    headers.append("note")
     rows = []
     for row in plan.rows:
         r, e = row.rung, row.estimate
@@ -677,10 +678,12 @@ def plan_text(plan: Plan, measured: dict[str, dict[str, Any]] | None = None, mea
             human(e.activations if e else None),
             human(e.total if e else None),
         ]
+        note = [row.needs, r.changes]
         if measured is not None:
             m = measured.get(r.name) or {}
-            cells.append(human(m["peak"]) if m.get("peak") is not None else f"skipped: {m.get('skipped') or row.needs or '-'}")
-        elif row.needs:
-            cells[-1] += f"  ({row.needs})"
+            cells.append(human(m["peak"]) if m.get("peak") is not None else "skipped")
+            if m.get("peak") is None and m.get("skipped") and m.get("skipped") != row.needs:
+                note.insert(0, str(m["skipped"]))
+        cells.append("; ".join(n for n in note if n))
         rows.append(cells)
     return table(headers, rows, right={2, 4, 5, 6, 7, 8} | ({9} if measured is not None else set()))
