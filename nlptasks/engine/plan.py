@@ -647,7 +647,9 @@ def human(n: float | None) -> str:
         return f"{n / GIB:.2f} GiB"
     if n >= MIB:
         return f"{n / MIB:.1f} MiB"
-    return f"{n / 1024:.0f} KiB"
+    if n >= 1024:
+        return f"{n / 1024:.0f} KiB"
+    return f"{n:.0f} B"
 
 
 def table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
