@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key, e.g. --set train.learning_rate=3e-5 (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--nproc", type=int, metavar="N",
+                   help="train on N processes (one per GPU, or CPU processes with gloo): starts "
+                        "`python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks run ...` "
+                        "(docs/optimize.md#distributed)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a recipe without running it",
@@ -204,6 +208,7 @@ def setup_logging(quiet: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for `run --nproc`, which starts itself again
     if args.command is None:
         parser.print_help()
         return 0
@@ -266,16 +271,42 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from nlptasks.recipe import load_recipe
 
-    loaded = load_recipe(args.recipe, args.overrides)
-    _print_notes(loaded)
+    loaded = load_recipe(args.recipe, args.overrides)  # errors show before any process starts
+    if args.nproc is not None:
+        return _launch(args.nproc, args.argv)
+    from nlptasks.engine.distributed import is_main
+
+    main = is_main()
+    if main:
+        _print_notes(loaded)
+    else:  # the other ranks of a distributed run: no notes, logs, bars or table
+        logging.getLogger("nlptasks").setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from nlptasks.engine.runner import run
 
-    result = run(loaded, progress=not args.no_progress)
+    result = run(loaded, progress=not args.no_progress and main)
+    if not main:
+        return 0
     print(format_metrics(result.metrics))
     print(f"\nmodel saved to {_display(result.output_dir)} ({result.seconds:.0f} s)")
     print(f"try: nlptasks infer --model {_display(result.output_dir)} \"...\"")
     return 0
+
+
+def _launch(nproc: int, argv: list[str]) -> int:
+    """``nlptasks run --nproc N``: the same command again under torchrun, without ``--nproc``."""
+    import subprocess
+
+    from nlptasks.engine.distributed import torchrun_command
+    from nlptasks.errors import NlptasksError
+
+    if nproc < 1:
+        raise NlptasksError(f"--nproc: {nproc} processes; give 1 or more")
+    if "WORLD_SIZE" in os.environ:
+        raise NlptasksError("--nproc: already inside a distributed launcher (WORLD_SIZE is set); drop --nproc")
+    command = torchrun_command(nproc, argv)
+    print("launch: " + " ".join(command[1:]), file=sys.stderr)
+    return subprocess.call(command)
 
 
 def _display(path: Path) -> str:

@@ -241,15 +241,20 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     out = ctx.output_dir
     base_dir = out / BASE_DIR
     model_cfg = ctx.recipe.model
+    from nlptasks.engine.distributed import is_main
+
+    main = is_main()  # in a distributed run only rank 0 writes the run folder
     if model_cfg.name_or_path is None:
-        model.save_pretrained(str(base_dir))
+        if main:
+            model.save_pretrained(str(base_dir))
         base: dict[str, Any] = {
             "kind": "scratch",
             "path": BASE_DIR,
-            "sha256": file_sha256(base_dir / "model.safetensors"),
+            "sha256": file_sha256(base_dir / "model.safetensors") if main else None,
         }
     else:
-        model.config.save_pretrained(str(base_dir))
+        if main:
+            model.config.save_pretrained(str(base_dir))
         base = {"kind": "pretrained", "name_or_path": model_cfg.name_or_path, "revision": model_cfg.revision, "config": BASE_DIR}
     base["dtype"] = model_cfg.dtype
     if cfg.quantization != "none":
@@ -271,7 +276,8 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         ) from None
     trainable, total = model.get_nb_trainable_parameters()
     ctx.log.info("peft %s (%s): %s", cfg.method, task_type, parameter_line(trainable, total))
-    write_check_inputs(out / CHECK_FILE, data)
+    if main:
+        write_check_inputs(out / CHECK_FILE, data)
     ctx.manifest["peft"] = {
         "method": cfg.method,
         "task_type": task_type,
