@@ -36,8 +36,10 @@ PROBE_OVERRIDES = (
     "train.logging_steps=100000",
     "data.max_eval_rows=8",
     "output.keep_checkpoints=false",
+    "optimize.oom_fallback=false",
 )
-"""Set on every measured rung: no evaluation during training, worst-case (full length) batches."""
+"""Set on every measured rung: no evaluation during training, worst-case (full length) batches, and
+no OOM fallback (a rung that does not fit is reported as such, not quietly changed)."""
 
 PRELOAD = ["torch", "transformers", "transformers.trainer", "datasets", "peft", "nlptasks.engine.runner"]
 
