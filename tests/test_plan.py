@@ -238,3 +238,26 @@ def test_classic_macbert_large_recipe_estimates():
     rows = {r.rung.name: r for r in plan.rows}
     assert "model.max_length=32" in rows["max_length"].rung.overrides
     assert "optimize.freeze_layers=24" in rows["freeze"].rung.overrides
+
+
+def test_a_peft_recipe_trains_the_whole_model_below_the_lora_rung(cli):
+    """recipes/sft.toml has [peft]: the full-training rungs switch it off, the LoRA rung keeps
+    lora; a causal LM's head keeps the logits (vocabulary x tokens)."""
+    code, out, err = cli("plan", str(RECIPES / "sft.toml"), "--json", "--rungs", "baseline,freeze,lora")
+    assert code == 0, err
+    rungs = {r["name"]: r for r in json.loads(out)["rungs"]}
+    base, frozen, lora = rungs["baseline"], rungs["freeze"], rungs["lora"]
+    assert "peft.method=none" in base["overrides"] and "peft.method=none" in frozen["overrides"]
+    assert base["estimate"]["trainable"] == base["estimate"]["parameters"]
+    assert "peft.method=lora" in lora["overrides"] and "peft.method=none" not in lora["overrides"]
+    assert 0 < lora["estimate"]["trainable"] < base["estimate"]["trainable"]
+    assert lora["estimate"]["parameters"] > base["estimate"]["parameters"]
+
+
+def test_probe_measures_this_machine_only(cli):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine may probe for cuda")
+    code, _, err = cli("plan", str(CLS), "--probe", "--device", "cuda")
+    assert code == 2 and "--probe measures on this machine (cpu)" in err
