@@ -205,6 +205,7 @@ def test_bench_ladder_measures_every_cpu_rung(cli):
         assert r["peak"] and r["peak"] > 0, r
         assert r["steps"] == 2 and r["seconds_per_step"] > 0 and r["samples_per_second"] > 0, r
         assert r["measure"].startswith("cpu peak RSS")
+        assert r["train_rows"] > 0 and r["epoch_seconds"] == pytest.approx(-(-r["train_rows"] // 32) * r["seconds_per_step"])
     assert rungs["qlora"]["peak"] is None and "needs CUDA" in rungs["qlora"]["skipped"]
     # the baseline's 32 full-length sequences need more memory than one at a time
     assert rungs["baseline"]["peak"] > rungs["accumulation"]["peak"]

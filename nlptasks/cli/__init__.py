@@ -665,20 +665,24 @@ def cmd_bench_ladder(args: argparse.Namespace) -> int:
         r, m = row.rung, measured.get(row.rung.name, {})
         effective = r.micro_batch * r.accumulation
         sps = m.get("seconds_per_step")
+        rows_per_epoch = m.get("train_rows")
+        epoch = -(-rows_per_epoch // effective) * sps if sps and rows_per_epoch else None
         record = {
             "rung": r.name, "strategy": r.label, "targets": r.targets, "micro_batch": r.micro_batch,
             "accumulation": r.accumulation, "peak": m.get("peak"), "measure": m.get("measure"),
             "estimate": row.estimate.total if row.estimate else None, "seconds_per_step": sps,
-            "samples_per_second": effective / sps if sps else None, "steps": m.get("steps"),
-            "skipped": m.get("skipped"), "overrides": list(r.overrides),
+            "samples_per_second": effective / sps if sps else None, "epoch_seconds": epoch,
+            "train_rows": rows_per_epoch, "steps": m.get("steps"), "skipped": m.get("skipped"),
+            "overrides": list(r.overrides),
         }
         records.append(record)
         if m.get("peak") is None:
             rows.append([r.label, r.targets, f"{r.micro_batch}x{r.accumulation}", "-", human(record["estimate"]), "-", "-",
-                         f"skipped: {m.get('skipped', '-')}"])
+                         "-", f"skipped: {m.get('skipped', '-')}"])
             continue
         rows.append([r.label, r.targets, f"{r.micro_batch}x{r.accumulation}", human(m["peak"]), human(record["estimate"]),
-                     f"{sps:.3f}" if sps else "-", f"{record['samples_per_second']:.1f}" if sps else "-", r.changes])
+                     f"{sps:.3f}" if sps else "-", f"{record['samples_per_second']:.1f}" if sps else "-",
+                     f"{epoch:.0f}" if epoch else "-", r.changes])
     if args.json:
         print(json.dumps({"recipe": args.recipe, "device": plan.device, "model_class": plan.model_class,
                           "steps": args.steps, "rungs": records}, ensure_ascii=False, indent=2))
@@ -687,7 +691,8 @@ def cmd_bench_ladder(args: argparse.Namespace) -> int:
     print(f"bench ladder {args.recipe}: {plan.model_class}, effective batch {plan.effective_batch}, "
           f"{args.steps} steps per rung on {plan.device}, inputs padded to model.max_length")
     print(table(["strategy", "targets", "batch", f"peak {label.removeprefix('measured ')}", "estimate",
-                 "s/step", "samples/s", "note"], rows, right={2, 3, 4, 5, 6}))
+                 "s/step", "samples/s", "s/epoch", "note"], rows, right={2, 3, 4, 5, 6, 7}))
+    print("s/epoch: seconds per step x optimizer steps in one epoch of the training rows (as the classic table's time)")
     return 0
 
 

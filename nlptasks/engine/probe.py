@@ -64,6 +64,7 @@ class Meter:
         self.peak: int | None = None
         self.kind = ""
         self.times: list[float] = []
+        self.train_rows: int | None = None
         self._t0 = 0.0
 
     def start(self) -> None:
@@ -106,6 +107,8 @@ class Meter:
 
         trainer = yield
         meter = self
+        dataset = getattr(trainer, "train_dataset", None)
+        self.train_rows = len(dataset) if dataset is not None and hasattr(dataset, "__len__") else None
 
         class Timing(TrainerCallback):
             def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -136,6 +139,7 @@ class Meter:
             "steps": len(self.times),
             "seconds_per_step": statistics.mean(times) if times else None,
             "step_seconds": [round(t, 4) for t in self.times],
+            "train_rows": self.train_rows,
         }
 
 
