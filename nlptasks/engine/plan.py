@@ -309,7 +309,6 @@ class Estimate:
     trainable: int
     saved: int = 0  # of the activations: the tensors autograd keeps between forward and backward
 
-
     def to_json(self) -> dict[str, int]:
         return asdict(self)
 
