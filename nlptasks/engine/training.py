@@ -78,9 +78,10 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
     }
     from nlptasks.engine.distributed import world_size
 
+    if not torch.cuda.is_available() and (world_size() > 1 or precision == "bf16"):
+        # bf16 autocast on the CPU, and DDP of CPU processes (accelerate then makes them one gloo group)
+        kwargs["use_cpu"] = True
     if world_size() > 1:
-        if not torch.cuda.is_available():
-            kwargs["use_cpu"] = True  # accelerate then makes the CPU processes one gloo group (DDP)
         # Trainer multiplies each rank's loss by the number of processes when the model's forward takes
         # **kwargs, assuming it divides by the token count of all ranks; models whose loss is a plain mean
         # (sequence classification) then report, and train on, the loss times the world size.  Per-rank
