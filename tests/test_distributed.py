@@ -35,10 +35,10 @@ def _sets(*extra: str) -> list[str]:
     return out
 
 
-def _worker(nproc: int, out: Path, runs: Path, name: str) -> list[dict]:
+def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str) -> list[dict]:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     command = [*(launcher if nproc > 1 else [sys.executable]), str(WORKER), str(RECIPES / "cls.toml"), str(out),
-               *_sets(f"output.dir={runs}", f"output.run_name={name}")]
+               *_sets(f"output.dir={runs}", f"output.run_name={name}", *extra)]
     done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]
@@ -54,6 +54,7 @@ def test_two_ranks_train_on_disjoint_shards_and_evaluate_everything(tmp_path):
     run_dir = Path(ranks[0]["run_dir"])
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["distributed"] == {"world_size": 2, "backend": "gloo"}
+    assert ranks[0]["wrapped"] == "DistributedDataParallel"
     assert (run_dir / "COMPLETE").exists()
 
     # each rank trained on half of the rows, the two halves together are the whole training set
@@ -87,6 +88,41 @@ def test_run_nproc_starts_torchrun_and_only_rank_0_prints(tmp_path):
     (run_dir,) = (tmp_path / "cls").iterdir()
     assert (run_dir / "COMPLETE").exists()
     assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
+
+
+def test_fsdp_config_passes_through_train_extra_and_needs_cuda(cli, tmp_path):
+    """FSDP through ``train.extra`` (transformers' own keys) reaches the Trainer's accelerate plugin;
+    on CPU processes accelerate would drop it silently (plain DDP), so there it is a recipe error."""
+    from nlptasks.context import RunContext
+    from nlptasks.engine.training import make_training_arguments, training_kwargs
+    from nlptasks.recipe import load_recipe
+
+    fsdp = 'train.extra={ fsdp = true, fsdp_config = { version = 2, reshard_after_forward = true } }'
+    loaded = load_recipe(RECIPES / "cls.toml", [fsdp])
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=tmp_path)
+    args = make_training_arguments(training_kwargs(ctx, True, True, progress=False))
+    assert args.fsdp_plugin_args["fsdp_version"] == 2
+    assert args.fsdp_plugin_args["reshard_after_forward"] is True
+
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    code, _, err = cli("run", str(RECIPES / "cls.toml"), "--set", fsdp, "--set", f"output.dir={tmp_path}")
+    assert code == 2
+    assert "train.extra.fsdp: FSDP needs CUDA GPUs" in err
+
+
+def test_deepspeed_without_the_package_is_a_recipe_error(cli, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed here")
+    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress", *_sets(f"output.dir={tmp_path}", "data.max_train_rows=16",
+            'train.extra={ deepspeed = "ds_config.json" }')]
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert "train.extra.deepspeed: needs the deepspeed package (not installed: pip install deepspeed)" in err
 
 
 def test_torchrun_command():

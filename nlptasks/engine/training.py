@@ -109,6 +109,15 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
                 for k in unknown
             ],
         )
+    if kwargs.get("deepspeed"):
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise RecipeError(
+                "recipe",
+                [Problem("train.extra.deepspeed", "needs the deepspeed package (not installed: pip install deepspeed)")],
+                hint="DeepSpeed and FSDP: docs/optimize.md#fsdp-and-deepspeed.",
+            )
     try:
         return TrainingArguments(**kwargs)
     except (ValueError, TypeError) as exc:
