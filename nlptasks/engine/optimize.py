@@ -239,8 +239,9 @@ def train_with_oom_fallback(
 
     Each change is recorded in ``ctx.manifest["oom_fallback"]``.  Off with
     ``optimize.oom_fallback = false`` and in distributed runs (one rank cannot retry alone).
-    The weights are copied to the host before training when the model is on a GPU; without that
-    copy a fallback is possible only before the first optimizer step (weights untouched).
+    The trainable weights are copied to the host before training when the model is on a GPU;
+    without that copy a fallback is possible only before the first optimizer step (weights
+    untouched).
     """
     import gc
 
@@ -252,7 +253,8 @@ def train_with_oom_fallback(
     model = trainer.model
     snapshot = None
     if enabled and any(p.is_cuda for p in model.parameters()):
-        snapshot = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        # only what training changes: the trainable parameters (frozen and quantized weights stay as they are)
+        snapshot = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
     while True:
         phase = _Phase()
         trainer.add_callback(phase)
@@ -314,7 +316,10 @@ def train_with_oom_fallback(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         if snapshot is not None:
-            model.load_state_dict(snapshot)
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if name in snapshot:
+                        param.copy_(snapshot[name])
         trainer = build(kwargs)
 
 
