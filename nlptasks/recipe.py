@@ -711,7 +711,8 @@ def _optimize_problems(raw: dict[str, Any]) -> list[Problem]:
         Problem(
             f"optimize.{key}",
             "freezing does not combine with [peft]: PEFT already freezes the whole base and trains only the "
-            "adapter (choose the adapted modules with peft.target_modules); remove this key or the [peft] table",
+            "adapter (choose the adapted modules with peft.target_modules); remove this key, or train the whole model "
+            "with --set peft.method=none",
         )
         for key in FREEZE_KEYS
         if section.get(key) not in (None, False, 0, [])

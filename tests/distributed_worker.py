@@ -46,6 +46,7 @@ class Witness:
         trainer.training_step = recording_step
         metrics = yield
         self.global_step = trainer.state.global_step
+        self.wrapped = type(trainer.model_wrapped).__name__
         return metrics
 
 
@@ -68,6 +69,7 @@ def main() -> None:
                 "trained": witness.trained,
                 "eval_counts": witness.eval_counts,
                 "global_step": witness.global_step,
+                "wrapped": witness.wrapped,
                 "metrics": result.metrics,
             }
         ),

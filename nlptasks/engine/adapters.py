@@ -85,6 +85,14 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
                 "on this machine use one of: 'adamw_torch', 'adamw_torch_fused', 'adafactor'",
             )
         )
+    if recipe.train.extra.get("fsdp") and not cuda:
+        problems.append(
+            Problem(
+                "train.extra.fsdp",
+                "FSDP needs CUDA GPUs: on CPU processes accelerate leaves it out and trains with plain DDP; "
+                "remove fsdp here (and run with --nproc N for DDP)",
+            )
+        )
     if opt.tf32 and not cuda:
         problems.append(
             Problem("optimize.tf32", "true needs a CUDA GPU (Ampere or newer); this machine has none (use false)")
@@ -116,6 +124,7 @@ _CPU_VALUES = {
     "peft.quantization": "none",
     "optimize.optimizer": "adamw_torch",
     "optimize.tf32": "false",
+    "train.extra.fsdp": "false",
 }
 
 

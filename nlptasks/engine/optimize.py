@@ -234,44 +234,61 @@ def train_with_oom_fallback(
     ctx: RunContext, build: Any, train: Any, kwargs: dict[str, Any], world_size: int = 1
 ) -> tuple[dict[str, Any], Any]:
     """Run step 9 (``train(trainer)``) on the trainer ``build(kwargs)`` makes; on CUDA out of
-    memory halve the per-device batch, double the accumulation (the effective batch stays) and
-    start again on the weights the model had before training.
+    memory during training halve the per-device batch, double the accumulation (the effective
+    batch stays) and start again from the weights the model had before training.
 
     Each change is recorded in ``ctx.manifest["oom_fallback"]``.  Off with
     ``optimize.oom_fallback = false`` and in distributed runs (one rank cannot retry alone).
-    The weights are kept on the host before training when the model is on a GPU; without that
-    copy a fallback is possible only before the first optimizer step (weights untouched).
+    The trainable weights are copied to the host before training when the model is on a GPU;
+    without that copy a fallback is possible only before the first optimizer step (weights
+    untouched).
     """
     import gc
 
     import torch
 
     enabled = ctx.recipe.optimize.oom_fallback and world_size == 1
+    derived_eval_batch = ctx.recipe.train.eval_batch_size is None
     trainer = build(kwargs)
     model = trainer.model
     snapshot = None
     if enabled and any(p.is_cuda for p in model.parameters()):
-        snapshot = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        # only what training changes: the trainable parameters (frozen and quantized weights stay as they are)
+        snapshot = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters() if p.requires_grad}
     while True:
+        phase = _Phase()
+        trainer.add_callback(phase)
         failure = None
         try:
             return train(trainer), trainer
         except Exception as exc:  # noqa: BLE001 - only OOM is handled, the rest re-raised
-            if not (enabled and is_oom(exc)):
+            if not is_oom(exc):
                 raise
             failure = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         step = trainer.state.global_step
         batch, accumulation = trainer.args.per_device_train_batch_size, trainer.args.gradient_accumulation_steps
+        if not phase.training:
+            raise NlptasksError(
+                f"evaluation: out of GPU memory ({failure})",
+                hint=f"Evaluate in smaller batches: --set train.eval_batch_size={max(1, trainer.args.per_device_eval_batch_size // 2)}",
+            )
+        if not enabled:
+            why = "optimize.oom_fallback is off" if world_size == 1 else "no fallback in a distributed run"
+            raise NlptasksError(
+                f"train: out of GPU memory at step {step} with train.batch_size {batch} ({failure}; {why})",
+                hint=f"Re-run with --set train.batch_size={max(1, batch // 2)} "
+                f"--set train.gradient_accumulation_steps={accumulation * 2}, or see docs/optimize.md.",
+            )
         if batch == 1:
             raise NlptasksError(
                 f"train: out of GPU memory with train.batch_size 1 ({failure})",
                 hint="Save memory with --set optimize.gradient_checkpointing=true, a shorter model.max_length, "
-                "freezing or [peft] (see docs/optimize.md and `nlptasks plan`).",
+                "freezing or [peft] (see docs/optimize.md).",
             )
         if step > 0 and snapshot is None:
             raise NlptasksError(
                 f"train: out of GPU memory at step {step}, after the weights changed ({failure}); "
-                "cannot fall back without a copy of the initial weights",
+                "cannot fall back without a copy of the initial weights (kept only for a model on a GPU)",
                 hint=f"Re-run with --set train.batch_size={batch // 2} "
                 f"--set train.gradient_accumulation_steps={accumulation * 2}.",
             )
@@ -281,13 +298,17 @@ def train_with_oom_fallback(
             "batch_size": [batch, batch // 2],
             "gradient_accumulation_steps": [accumulation, accumulation * 2],
         }
+        kwargs = {**kwargs, "per_device_train_batch_size": batch // 2, "gradient_accumulation_steps": accumulation * 2}
+        if derived_eval_batch:  # train.eval_batch_size unset: it follows the training batch (2 x)
+            eval_batch = trainer.args.per_device_eval_batch_size
+            kwargs["per_device_eval_batch_size"] = max(1, eval_batch // 2)
+            change["eval_batch_size"] = [eval_batch, kwargs["per_device_eval_batch_size"]]
         ctx.manifest.setdefault("oom_fallback", []).append(change)
         ctx.log.warning(
             "out of memory at step %d: train.batch_size %d → %d, gradient_accumulation_steps %d → %d "
             "(same effective batch %d); training starts again",
             step, batch, batch // 2, accumulation, accumulation * 2, batch * accumulation,
         )
-        kwargs = {**kwargs, "per_device_train_batch_size": batch // 2, "gradient_accumulation_steps": accumulation * 2}
         model.zero_grad(set_to_none=True)
         trainer.optimizer = trainer.lr_scheduler = None
         del trainer
@@ -295,5 +316,25 @@ def train_with_oom_fallback(
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         if snapshot is not None:
-            model.load_state_dict(snapshot)
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if name in snapshot:
+                        param.copy_(snapshot[name])
         trainer = build(kwargs)
+
+
+def _Phase() -> Any:  # noqa: N802 - a TrainerCallback made on demand (transformers imported lazily)
+    """A callback that knows whether ``trainer.train()`` is running (an OOM there is the training
+    batch's; after it, evaluation's)."""
+    from transformers import TrainerCallback
+
+    class Phase(TrainerCallback):
+        training = False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.training = True
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.training = False
+
+    return Phase()

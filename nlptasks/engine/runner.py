@@ -76,15 +76,18 @@ def run(
     """Run a recipe through the ten steps and save the run; return its directory and metrics."""
     host = host or get_host()
     loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
-    from nlptasks.engine.adapters import check_machine
-
     from nlptasks.engine import distributed
+    from nlptasks.engine.adapters import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
     started = time.perf_counter()
     output_dir = distributed.on_main(lambda: run_dir_for(loaded))  # one name for every rank
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=output_dir)
     hooks = host.hooks_for(loaded.task)
+    if not distributed.is_main():
+        import logging
+
+        logging.getLogger("nlptasks").setLevel(logging.WARNING)  # rank 0 logs for the run
     ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
     if distributed.world_size() > 1:
         ctx.manifest["distributed"] = {"world_size": distributed.world_size(), "backend": distributed.backend()}

@@ -78,9 +78,10 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
     }
     from nlptasks.engine.distributed import world_size
 
+    if not torch.cuda.is_available() and (world_size() > 1 or precision == "bf16"):
+        # bf16 autocast on the CPU, and DDP of CPU processes (accelerate then makes them one gloo group)
+        kwargs["use_cpu"] = True
     if world_size() > 1:
-        if not torch.cuda.is_available():
-            kwargs["use_cpu"] = True  # accelerate then makes the CPU processes one gloo group (DDP)
         # Trainer multiplies each rank's loss by the number of processes when the model's forward takes
         # **kwargs, assuming it divides by the token count of all ranks; models whose loss is a plain mean
         # (sequence classification) then report, and train on, the loss times the world size.  Per-rank
@@ -108,6 +109,15 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
                 for k in unknown
             ],
         )
+    if kwargs.get("deepspeed"):
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise RecipeError(
+                "recipe",
+                [Problem("train.extra.deepspeed", "needs the deepspeed package (not installed: pip install deepspeed)")],
+                hint="DeepSpeed and FSDP: docs/optimize.md#fsdp-and-deepspeed.",
+            )
     try:
         return TrainingArguments(**kwargs)
     except (ValueError, TypeError) as exc:
