@@ -76,14 +76,22 @@ def run(
     """Run a recipe through the ten steps and save the run; return its directory and metrics."""
     host = host or get_host()
     loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
+    from nlptasks.engine import distributed
     from nlptasks.engine.adapters import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
     started = time.perf_counter()
-    output_dir = run_dir_for(loaded)
+    output_dir = distributed.on_main(lambda: run_dir_for(loaded))  # one name for every rank
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=output_dir)
     hooks = host.hooks_for(loaded.task)
+    if not distributed.is_main():
+        import logging
+
+        logging.getLogger("nlptasks").setLevel(logging.WARNING)  # rank 0 logs for the run
     ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
+    if distributed.world_size() > 1:
+        ctx.manifest["distributed"] = {"world_size": distributed.world_size(), "backend": distributed.backend()}
+        ctx.log.info("distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend())
 
     with _library_progress_bars(progress):
         metrics, trainer = _steps(ctx, hooks, loaded, progress)
@@ -113,18 +121,24 @@ def _library_progress_bars(enabled: bool) -> Iterator[None]:
 
 def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any]:
     """Steps 1 to 9; returns the metrics and the trainer (whose model is saved)."""
+    from nlptasks.engine.distributed import is_main, world_size
+
     output_dir = ctx.output_dir
     hooks.nlptasks_setup(ctx=ctx)  # 1
-    (output_dir / "recipe.toml").write_text(
-        dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml"),
-        encoding="utf-8",
-    )
+    if is_main():
+        (output_dir / "recipe.toml").write_text(
+            dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml"),
+            encoding="utf-8",
+        )
     raw = hooks.nlptasks_load_data(ctx=ctx)  # 2
     data = hooks.nlptasks_split(ctx=ctx, data=raw)  # 3
     data = hooks.nlptasks_preprocess(ctx=ctx, data=data)  # 4
     if "train" not in data or len(data["train"]) == 0:
         raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
+    from nlptasks.engine.optimize import prepare_model, train_with_oom_fallback
+
+    model = prepare_model(ctx, model)  # [optimize]: attention, freezing
     if loaded.recipe.peft is not None:  # the adapter goes on the model step 5 built
         from nlptasks.engine.adapters import apply_peft
 
@@ -135,21 +149,33 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
 
     has_validation = "validation" in data and len(data["validation"]) > 0
     kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
-    args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=kwargs)  # 7
-    collator = hooks.nlptasks_data_collator(ctx=ctx)  # 8
-    trainer = hooks.nlptasks_trainer(
-        ctx=ctx, model=model, args=args, data=data, data_collator=collator, compute_metrics=compute_metrics
+    collators: list[Any] = []
+
+    def build(kwargs: dict[str, Any]) -> Any:  # steps 7, 8 and 8b (7 and 8b again after an OOM fallback)
+        args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=dict(kwargs))  # 7
+        if not collators:
+            collators.append(hooks.nlptasks_data_collator(ctx=ctx))  # 8
+        trainer = hooks.nlptasks_trainer(  # 8b
+            ctx=ctx, model=model, args=args, data=data, data_collator=collators[0], compute_metrics=compute_metrics
+        )
+        use_readable_logs(trainer, ctx, progress)
+        return trainer
+
+    return train_with_oom_fallback(  # 9
+        ctx, build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data), kwargs, world_size()
     )
-    use_readable_logs(trainer, ctx, progress)
-    metrics = hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data)  # 9
-    return metrics, trainer
 
 
 def save_run(
     ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe
 ) -> None:
+    from nlptasks.engine.distributed import barrier, is_main
+
     out = ctx.output_dir
     trainer.save_model(str(out))  # model (safetensors) and, through processing_class, the tokenizer
+    if not is_main():  # every rank takes part in saving the model (FSDP, DeepSpeed); rank 0 writes the rest
+        barrier()
+        return
     if ctx.tokenizer is not None:
         ctx.tokenizer.save_pretrained(str(out))
     if ctx.labels is not None:
@@ -160,6 +186,7 @@ def save_run(
     if not loaded.recipe.output.keep_checkpoints and ctx.checkpoints_dir.exists():
         shutil.rmtree(ctx.checkpoints_dir)
     (out / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
+    barrier()
 
 
 def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str, Any]:
