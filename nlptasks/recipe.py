@@ -159,7 +159,16 @@ class ModelConfig(Section):
     )
     max_length: int = Field(128, ge=8, le=8192, description="Longest input in tokens; longer is truncated.")
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
-    trust_remote_code: bool = Field(False, description="Allow model code from the hub repository.")
+    trust_remote_code: bool = Field(
+        False,
+        description="Run the Python code that a hub repository or model folder ships with its model (a warning "
+        "names it). Off: only model classes built into transformers load.",
+    )
+    allow_pickle: bool = Field(
+        False,
+        description="Also load weights from pickle-based files (pytorch_model.bin), which can run code when "
+        "loaded. Off: safetensors files only.",
+    )
     dtype: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32",
         description="Weights of the loaded model: 'fp32', or half precision 'bf16'/'fp16' (CUDA GPU only; "
@@ -316,6 +325,19 @@ class OutputConfig(Section):
     run_name: str | None = Field(None, description="Name of this run (default: date and time).")
     keep_checkpoints: bool = Field(False, description="Keep intermediate checkpoints after training.")
     overwrite: bool = Field(False, description="Replace an existing run of the same name.")
+    checkpoint_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Save a resumable checkpoint (model, optimizer, scheduler, RNG and data position) every N "
+        "optimizer steps, so that `nlptasks run RECIPE --resume` continues after a crash. Default: none (only "
+        "the best-model checkpoints of train.keep_best, which hold the model alone).",
+    )
+    checkpoint_limit: int = Field(
+        2,
+        ge=1,
+        description="Most checkpoints kept on disk while training (the oldest go first; the newest and, with "
+        "train.keep_best, the best one are always kept).",
+    )
 
 
 class Recipe(Section):

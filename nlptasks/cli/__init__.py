@@ -20,6 +20,7 @@ EXAMPLES = """\
 examples:
   nlptasks run recipes/cls.toml                      train the quickstart (under a minute on CPU) 
   nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
+  nlptasks run recipes/cls.toml --resume             continue the run a crash interrupted
   nlptasks infer --task cls "服务很好"                label a text with the latest cls run
   nlptasks infer --task pair "怎么退款" "如何申请退款"  score a sentence pair
   nlptasks infer --task sft "湖畔酒店几点可以入住？"      generate an answer with the latest sft run
@@ -51,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key, e.g. --set train.learning_rate=3e-5 (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_DIR",
+                   help="continue the latest incomplete run of this recipe (or RUN_DIR) from its last complete "
+                        "checkpoint (see output.checkpoint_steps); the recipe must be the one the run started with")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a recipe without running it",
@@ -229,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from nlptasks.engine.runner import run
 
-    result = run(loaded, progress=not args.no_progress)
+    result = run(loaded, progress=not args.no_progress, resume=args.resume)
     print(format_metrics(result.metrics))
     print(f"\nmodel saved to {_display(result.output_dir)} ({result.seconds:.0f} s)")
     print(f"try: nlptasks infer --model {_display(result.output_dir)} \"...\"")

@@ -554,7 +554,7 @@ def export_merged(run_dir: Path, out: Path, adapter: str | None = None) -> dict[
     """
     from transformers import AutoTokenizer
 
-    from nlptasks.engine.runner import COMPLETE, MANIFEST, read_manifest, write_json
+    from nlptasks.engine.runner import MANIFEST, mark_complete, read_manifest, write_json
 
     manifest = read_manifest(run_dir)
     info = manifest.get("peft")
@@ -617,7 +617,5 @@ def export_merged(run_dir: Path, out: Path, adapter: str | None = None) -> dict[
         "check": {"inputs": len(check), "equal": True, "max_abs_diff": largest},
     }
     write_json(out / MANIFEST, result)
-    import datetime as _dt
-
-    (out / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
+    mark_complete(out)
     return result
