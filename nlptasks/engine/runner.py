@@ -115,6 +115,11 @@ def run(
             save_run(ctx, host, trainer, metrics, seconds, loaded)
     except OSError as exc:
         raise write_error(exc, output_dir) from None
+    except Exception as exc:
+        io_error = _wrapped_io_error(exc, output_dir)
+        if io_error is None:
+            raise
+        raise write_error(io_error, output_dir) from None
     return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds)
 
 
@@ -123,6 +128,32 @@ def _runs_base(loaded: LoadedRecipe) -> Path:
     if not base.is_absolute():
         base = Path.cwd() / base
     return base / loaded.task.name
+
+
+# How libraries that write in native code report a failed write: safetensors ("I/O error: No space
+# left on device (os error 28)") and torch.save ("PytorchStreamWriter failed writing file ...").
+_IO_MESSAGES = ("I/O error", "failed writing file", "No space left on device", "File too large")
+
+
+def _wrapped_io_error(exc: Exception, output_dir: Path) -> OSError | None:
+    """An ``OSError`` for a write failure a library reported as another exception, naming the
+    file being written (the newest file under the run folder), or ``None``."""
+    import errno
+    import re
+
+    text = str(exc)
+    if not any(m in text for m in _IO_MESSAGES):
+        return None
+    code = re.search(r"os error (\d+)", text)
+    number = int(code.group(1)) if code else errno.EIO
+    newest = None
+    if output_dir.is_dir():
+        # the file being written, or the folder a library removed its partial file from
+        newest = max(output_dir.rglob("*"), key=lambda p: p.stat().st_mtime_ns, default=None)
+    import os
+
+    reason = os.strerror(number) if code else text.strip().splitlines()[0]
+    return OSError(number, f"{reason} (a write failed here)", str(newest or output_dir))
 
 
 def write_error(exc: OSError, output_dir: Path) -> NlptasksError:
