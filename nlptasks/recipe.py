@@ -325,6 +325,13 @@ class OutputConfig(Section):
     run_name: str | None = Field(None, description="Name of this run (default: date and time).")
     keep_checkpoints: bool = Field(False, description="Keep intermediate checkpoints after training.")
     overwrite: bool = Field(False, description="Replace an existing run of the same name.")
+
+    @field_validator("run_name")
+    @classmethod
+    def _plain_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0")):
+            raise ValueError(f"must be a plain folder name, without slashes or '..' (got {value!r}): runs go to <output.dir>/<task>/<run_name>")
+        return value
     checkpoint_steps: int | None = Field(
         None,
         ge=1,
@@ -523,7 +530,7 @@ def load_recipe(
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:
-        problems += [p for p in problems_from(exc) if not p.where.startswith("options.")]
+        problems += [p for p in problems_from(exc) if p.where != "options" and not p.where.startswith("options.")]
 
     # The task and its options, even when other sections have problems.
     task_name = raw.get("task")
@@ -534,6 +541,12 @@ def load_recipe(
             spec = host.tasks[task_name]
         else:
             problems.append(Problem("task", host.unknown_task_message(task_name)))
+    elif task_name is not None:
+        problems = [p for p in problems if p.where != "task"]
+        problems.append(
+            Problem("task", f"must be a task name in quotes, e.g. task = \"cls\" (got {task_name!r}); "
+                    f"tasks: {', '.join(sorted(host.tasks)) or 'none installed'}")
+        )
     raw_options = raw.get("options", {})
     if spec is not None:
         if not isinstance(raw_options, dict):
@@ -547,6 +560,7 @@ def load_recipe(
     problems += _peft_problems(raw, spec, options)
 
     if recipe is not None:
+        problems += _combination_problems(recipe)
         _resolve_paths(recipe, base, overridden)
         if check_files:
             problems += _missing_files(recipe)
@@ -556,7 +570,8 @@ def load_recipe(
         if any(p.message.startswith("unknown key") for p in problems):
             hint = "Every key is listed in docs/recipes.md and by `nlptasks schema`."
         raise RecipeError(source, problems, hint=hint)
-    assert recipe is not None and spec is not None and options is not None
+    if recipe is None or spec is None or options is None:  # every branch above reports its problem
+        raise RecipeError(source, [Problem("", "the recipe is not valid")])
     return LoadedRecipe(
         recipe=recipe, task=spec, options=options, path=Path(path) if path else None, raw=raw, notes=notes
     )
@@ -640,6 +655,24 @@ def _peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseMode
                 f"use one of: {', '.join(working)}",
             )
         )
+    return problems
+
+
+def _combination_problems(recipe: Recipe) -> list[Problem]:
+    """Settings that are each valid but cannot go together."""
+    problems = []
+    dtype, precision = recipe.model.dtype, recipe.train.precision
+    if {dtype, precision} == {"bf16", "fp16"}:
+        problems.append(
+            Problem(
+                "train.precision",
+                f"{precision!r} cannot train weights loaded as model.dtype = {dtype!r} (the other half precision); "
+                f"set train.precision = {dtype!r} or 'auto'",
+            )
+        )
+    extra = recipe.train.extra
+    if extra.get("fp16") is True and extra.get("bf16") is True:
+        problems.append(Problem("train.extra", "sets both fp16 and bf16; choose one with train.precision instead"))
     return problems
 
 
