@@ -44,6 +44,13 @@ __all__ = [
 ]
 
 
+def _no_nul(value: Any) -> Any:
+    """Paths reach the file system: a NUL character is refused here, not by ``open``."""
+    if isinstance(value, str) and "\0" in value:
+        raise ValueError(f"a path cannot contain a NUL character (got {value!r})")
+    return value
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
 
@@ -103,6 +110,8 @@ class DataConfig(Section):
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    _paths_without_nul = field_validator("train", "validation", "test")(lambda cls, v: _no_nul(v))
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
@@ -174,6 +183,8 @@ class ModelConfig(Section):
         description="Weights of the loaded model: 'fp32', or half precision 'bf16'/'fp16' (CUDA GPU only; "
         "with [peft] the frozen base is halved and the adapter trains in fp32).",
     )
+
+    _path_without_nul = field_validator("name_or_path")(lambda cls, v: _no_nul(v))
 
     @model_validator(mode="after")
     def _one_model(self) -> ModelConfig:
@@ -325,6 +336,8 @@ class OutputConfig(Section):
     run_name: str | None = Field(None, description="Name of this run (default: date and time).")
     keep_checkpoints: bool = Field(False, description="Keep intermediate checkpoints after training.")
     overwrite: bool = Field(False, description="Replace an existing run of the same name.")
+
+    _dir_without_nul = field_validator("dir")(lambda cls, v: _no_nul(v))
 
     @field_validator("run_name")
     @classmethod
@@ -559,6 +572,7 @@ def load_recipe(
 
     problems += _peft_problems(raw, spec, options)
 
+    problems += _nulls_in_lists(raw)
     if recipe is not None:
         problems += _combination_problems(recipe)
         _resolve_paths(recipe, base, overridden)
@@ -656,6 +670,17 @@ def _peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseMode
             )
         )
     return problems
+
+
+def _nulls_in_lists(node: Any, path: str = "") -> list[Problem]:
+    """``None`` inside a list (possible from Python, not from TOML): a run could not save the recipe."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _nulls_in_lists(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, list):
+        if any(v is None for v in node):
+            return [Problem(path, "a list cannot hold null (None) values: TOML has no null")]
+        return [p for v in node for p in _nulls_in_lists(v, path)]
+    return []
 
 
 def _combination_problems(recipe: Recipe) -> list[Problem]:

@@ -74,6 +74,10 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
         problems.append(
             Problem("model.dtype", f"{dtype!r} (half precision) needs a CUDA GPU; this machine has none (use \"fp32\")")
         )
+    if recipe.train.precision == "fp16" and not cuda:
+        problems.append(
+            Problem("train.precision", "fp16 needs a CUDA GPU; this machine has none (use 'auto' or 'fp32')")
+        )
     peft = recipe.peft
     if peft is not None and peft.quantization != "none":
         need = []
