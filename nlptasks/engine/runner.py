@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import logging
 import platform
 import shutil
 import time
@@ -87,6 +88,12 @@ def run(
     from nlptasks.engine.adapters import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
+    model = loaded.recipe.model
+    if model.name_or_path:  # safety switches, before the tokenizer or model load anything
+        from nlptasks.engine.modeling import check_weight_files, warn_remote_code
+
+        check_weight_files(model.name_or_path, model.allow_pickle)
+        warn_remote_code(logging.getLogger("nlptasks"), model.name_or_path, model.trust_remote_code)
     started = time.perf_counter()
     resume_from = None
     if resume is not False and resume is not None:
