@@ -194,6 +194,15 @@ def _print_notes(loaded) -> None:  # noqa: ANN001 (LoadedRecipe; imported lazily
         print(f"note: {note}", file=sys.stderr)
 
 
+def _warn_remote_code(loaded) -> None:  # noqa: ANN001 (LoadedRecipe; imported lazily)
+    """check and inspect-batch load the tokenizer, which runs remote code too when allowed."""
+    model = loaded.recipe.model
+    if model.name_or_path and model.trust_remote_code:
+        from nlptasks.engine.modeling import warn_remote_code
+
+        warn_remote_code(logging.getLogger("nlptasks"), model.name_or_path, True)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from nlptasks.recipe import dump_toml, load_recipe
 
@@ -215,6 +224,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     loaded = load_recipe(args.recipe, args.overrides)
     _print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _warn_remote_code(loaded)
     from nlptasks.engine.doctor import check
 
     report = check(loaded)
@@ -452,6 +462,7 @@ def cmd_inspect_batch(args: argparse.Namespace) -> int:
     loaded = load_recipe(args.recipe, args.overrides)
     _print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _warn_remote_code(loaded)
     from nlptasks.engine.inspect import inspect_batch
 
     inspect_batch(loaded, split=args.split, rows=args.rows)

@@ -57,9 +57,13 @@ def run_dir_for(loaded: LoadedRecipe) -> Path:
         path = task_dir / out.run_name
         if path.exists():
             if not out.overwrite:
+                from nlptasks.engine.resume import RUN_STATE
+
+                incomplete = (path / RUN_STATE).exists() and not (path / COMPLETE).exists()
                 raise NlptasksError(
-                    f"output.run_name: {path} already exists",
-                    hint="Pick another name (--set output.run_name=NAME) or replace it (--set output.overwrite=true).",
+                    f"output.run_name: {path} already exists" + (" (an incomplete run)" if incomplete else ""),
+                    hint=("Continue it: nlptasks run RECIPE --resume; or " if incomplete else "")
+                    + "pick another name (--set output.run_name=NAME) or replace it (--set output.overwrite=true).",
                 )
             shutil.rmtree(path)
         return path
