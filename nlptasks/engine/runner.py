@@ -160,7 +160,13 @@ def _wrapped_io_error(exc: Exception, output_dir: Path) -> OSError | None:
     newest = None
     if output_dir.is_dir():
         # the file being written, or the folder a library removed its partial file from
-        newest = max(output_dir.rglob("*"), key=lambda p: p.stat().st_mtime_ns, default=None)
+        def mtime(p: Path) -> int:
+            try:
+                return p.stat().st_mtime_ns
+            except OSError:
+                return -1
+
+        newest = max(output_dir.rglob("*"), key=mtime, default=None)
     import os
 
     reason = os.strerror(number) if code else text.strip().splitlines()[0]
