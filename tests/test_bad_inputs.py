@@ -59,7 +59,7 @@ def test_malformed_recipe(cli, tmp_path, path):
 
 def dirty_recipe(tmp_path: Path, entry: dict) -> Path:
     task = entry.get("task", "cls")
-    good = DATA / ("good_ner.jsonl" if task == "ner" else "good.csv")
+    good = DATA / entry.get("good", "good_ner.jsonl" if task == "ner" else "good.csv")
     split = entry.get("split", "train")
     files = {"train": good, "validation": good, "test": good}  # given as files: nothing to split
     files[split] = DATA / entry["name"]

@@ -161,20 +161,21 @@ def _kind(value: Any) -> str | None:
 
 
 def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
-    """``(row, message)`` for the first value that is NaN/infinite or of another kind than the
-    column's first value (rows from 1), or ``None``."""
+    """``(row, message)`` for the first value of another kind than the column's first value (rows
+    from 1), or ``None``.  NaN among strings is named as such (a missing value written by pandas);
+    in a column of numbers it is a number, left to the task (which treats it as missing or refuses it)."""
     import math
 
     first: tuple[int, str] | None = None
     for i, value in enumerate(values, start=1):
-        if isinstance(value, float) and not math.isfinite(value):
-            return i, f"the value is {value!r} (NaN or infinite); give a real value or remove the row"
         kind = _kind(value)
         if kind is None:
             continue
         if first is None:
             first = (i, kind)
         elif kind != first[1]:
+            if isinstance(value, float) and not math.isfinite(value):
+                return i, f"the value is {value!r} (NaN or infinite) where row {first[0]} has a {first[1]}; give a real value or remove the row"
             return i, f"a {kind} ({json.dumps(value, ensure_ascii=False)[:40]}) where row {first[0]} has a {first[1]}"
     return None
 
