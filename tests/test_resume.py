@@ -189,12 +189,11 @@ def test_a_full_disk_is_named(tmp_path):
     assert json.loads((tmp_path / "cls" / "f" / "nlptasks-run.json").read_text())["recipe_sha256"]
 
 
-def test_an_adapter_run_resumes_to_the_same_result(cli, tmp_path):
+def test_an_adapter_run_resumes_to_the_same_result(cli, tmp_path, capsys):
     """sft with LoRA (adapter checkpoints, LoRA dropout): resumed from the checkpoint before the last."""
-    argv = ["run", str(RECIPES / "sft.toml"), "--no-progress", *sets(
-        *TINY, "train.max_steps=12", "output.checkpoint_steps=4", "output.checkpoint_limit=3",
-        "output.keep_checkpoints=true", f"output.dir={tmp_path}", "output.run_name=s")]
-    code, _, err = cli(*argv)
+    overrides = [*TINY, "train.max_steps=12", "output.checkpoint_steps=4", "output.checkpoint_limit=3",
+                 "output.keep_checkpoints=true", f"output.dir={tmp_path}", "output.run_name=s"]
+    code, _, err = cli("run", RECIPES / "sft.toml", "--no-progress", *sets(*overrides))
     assert code == 0, err
     run_dir = tmp_path / "sft" / "s"
     metrics = read_metrics(run_dir)
@@ -203,9 +202,11 @@ def test_an_adapter_run_resumes_to_the_same_result(cli, tmp_path):
     import shutil
 
     shutil.rmtree(run_dir / "checkpoints" / "checkpoint-12")
-    code, _, err = cli(*argv, "--resume")
-    assert code == 0, err
-    assert "from checkpoint-8" in err
+    import nlptasks
+
+    result = nlptasks.run(RECIPES / "sft.toml", overrides, resume=True)  # the Python API
+    assert result.output_dir == run_dir and (run_dir / "COMPLETE").exists()
+    assert "from checkpoint-8" in capsys.readouterr().err
     again = read_metrics(run_dir)
     for split in ("validation", "test"):
         assert again[split]["loss"] == pytest.approx(metrics[split]["loss"], abs=1e-5)
