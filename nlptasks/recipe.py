@@ -343,7 +343,10 @@ class OutputConfig(Section):
     @classmethod
     def _plain_name(cls, value: str | None) -> str | None:
         if value is not None and (not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0")):
-            raise ValueError(f"must be a plain folder name, without slashes or '..' (got {value!r}): runs go to <output.dir>/<task>/<run_name>")
+            raise ValueError(
+                f"must be a plain folder name, without slashes or '..' (got {value!r}): "
+                "runs go to <output.dir>/<task>/<run_name>"
+            )
         return value
     checkpoint_steps: int | None = Field(
         None,

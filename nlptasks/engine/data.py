@@ -60,9 +60,10 @@ def _encoding_error(path: Path, fmt: str, exc: UnicodeDecodeError) -> DataError:
                          path=str(path), hint=hint.replace("GBK", "UTF-16"))
     line = raw[: exc.start].count(b"\n") + 1
     row = line - 1 if fmt == "csv" and line > 1 else line
+    header = fmt == "csv" and line == 1
     return DataError(
-        f"not UTF-8 text: byte 0x{raw[exc.start]:02x} (GBK or Latin-1, perhaps){' in the header' if fmt == 'csv' and line == 1 else ''}",
-        path=str(path), row=None if fmt == "csv" and line == 1 else row, hint=hint,
+        f"not UTF-8 text: byte 0x{raw[exc.start]:02x} (GBK or Latin-1, perhaps){' in the header' if header else ''}",
+        path=str(path), row=None if header else row, hint=hint,
     )
 
 
@@ -77,9 +78,10 @@ def _read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
                 for other in (";", "\t", "|") if delimiter == "," else (",", ";", "|"):
                     if other in reader.fieldnames[0]:
                         shown = "tab" if other == "\t" else repr(other)
+                        read_as = "comma" if delimiter == "," else "tab"
                         raise DataError(
-                            f"the header {reader.fieldnames[0]!r} is a single column: the file looks {shown}-separated, "
-                            f"but {path.suffix or 'this'} files are read {'comma' if delimiter == ',' else 'tab'}-separated",
+                            f"the header {reader.fieldnames[0]!r} is a single column: the file looks "
+                            f"{shown}-separated, but {path.suffix or 'this'} files are read {read_as}-separated",
                             path=str(path),
                             hint="Save it with commas as .csv, or with tabs as .tsv.",
                         )
@@ -138,7 +140,8 @@ def rows_to_dataset(rows: list[dict[str, Any]], path: str) -> Dataset:
         problem = _mixed_types(values)
         if problem is not None:
             row, message = problem
-            hint = None if "NaN" in message else "Give every row of a column the same kind of value (all strings, or all numbers)."
+            same = "Give every row of a column the same kind of value (all strings or all numbers)."
+            hint = None if "NaN" in message else same
             raise DataError(f"column {column!r}: {message}", path=path, row=row, hint=hint)
     try:
         return Dataset.from_dict(table)
@@ -175,7 +178,8 @@ def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
             first = (i, kind)
         elif kind != first[1]:
             if isinstance(value, float) and not math.isfinite(value):
-                return i, f"the value is {value!r} (NaN or infinite) where row {first[0]} has a {first[1]}; give a real value or remove the row"
+                return i, (f"the value is {value!r} (NaN or infinite) where row {first[0]} has a {first[1]}; "
+                           "give a real value or remove the row")
             return i, f"a {kind} ({json.dumps(value, ensure_ascii=False)[:40]}) where row {first[0]} has a {first[1]}"
     return None
 

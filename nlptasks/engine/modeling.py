@@ -89,7 +89,10 @@ def warn_remote_code(log: Any, name_or_path: str, trust: bool) -> None:
 
     folder = Path(name_or_path)
     files = sorted(p.name for p in folder.glob("*.py")) if folder.is_dir() else []
-    what = f"the Python files in {folder}: {', '.join(files)}" if files else f"the Python code of {name_or_path!r} (from the hub, at model.revision)"
+    if files:
+        what = f"the Python files in {folder}: {', '.join(files)}"
+    else:
+        what = f"the Python code of {name_or_path!r} (from the hub, at model.revision)"
     log.warning(
         "model.trust_remote_code = true: transformers will import and run %s; "
         "only do this for a source you trust (pin model.revision for hub models)", what

@@ -89,7 +89,8 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
         return out
     if old == new:
         return []
-    return [f"{prefix or 'recipe'}: {json.dumps(old, ensure_ascii=False)} in the run, {json.dumps(new, ensure_ascii=False)} now"]
+    was, now = json.dumps(old, ensure_ascii=False), json.dumps(new, ensure_ascii=False)
+    return [f"{prefix or 'recipe'}: {was} in the run, {now} now"]
 
 
 def find_run(loaded: LoadedRecipe, base: Path, run_dir: Path | None = None) -> Path:
