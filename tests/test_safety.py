@@ -78,3 +78,21 @@ def test_no_recipe_string_reaches_a_shell():
                 if pattern.search(line):
                     hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert hits == []
+
+
+def test_an_adapter_run_on_a_pickle_base_loads_it_only_as_allowed(cli, tmp_path, pickle_model):
+    path = recipe(tmp_path, pickle_model, "allow_pickle = true\n")
+    path.write_text(path.read_text(encoding="utf-8") + '\n[peft]\nmethod = "lora"\n', encoding="utf-8")
+    code, _, err = cli("run", path, "--no-progress", "--set", f"output.dir={tmp_path}", "--set", "output.run_name=a")
+    assert code == 0, err
+    run_dir = tmp_path / "cls" / "a"
+    code, out, err = cli("infer", "--model", run_dir, "服务很好")
+    assert code == 0 and '"label"' in out, err
+    import json
+
+    manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["peft"]["base"]["allow_pickle"] is True
+    del manifest["peft"]["base"]["allow_pickle"]  # as if the recipe had not allowed it
+    (run_dir / "nlptasks.json").write_text(json.dumps(manifest), encoding="utf-8")
+    code, _, err = cli("infer", "--model", run_dir, "服务很好")
+    assert code == 2 and "Traceback" not in err and "cannot load the run's frozen base" in err

@@ -231,6 +231,8 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     else:
         model.config.save_pretrained(str(base_dir))
         base = {"kind": "pretrained", "name_or_path": model_cfg.name_or_path, "revision": model_cfg.revision, "config": BASE_DIR}
+        if model_cfg.allow_pickle:
+            base["allow_pickle"] = True  # inference may load the base's pickle weights too
     base["dtype"] = model_cfg.dtype
     if cfg.quantization != "none":
         from peft import prepare_model_for_kbit_training
@@ -384,7 +386,10 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(run_dir / base["config"])
-        return cls.from_pretrained(base["name_or_path"], config=config, revision=base.get("revision"))
+        return cls.from_pretrained(
+            base["name_or_path"], config=config, revision=base.get("revision"),
+            use_safetensors=None if base.get("allow_pickle") else True,  # as the recipe allowed at training
+        )
     except OSError as exc:
         where = run_dir / base["path"] if base["kind"] == "scratch" else base["name_or_path"]
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
