@@ -351,7 +351,7 @@ def load_trained_model(
                 f"{run_dir}: this run trained the whole model; it has no adapters or base to choose",
                 hint="--adapter and --base-only apply to runs trained with a [peft] table (docs/peft.md).",
             )
-        model = cls.from_pretrained(run_dir)
+        model = cls.from_pretrained(run_dir, use_safetensors=True)  # runs save safetensors; never unpickle
         model.eval()
         return model
     adapter = adapter if adapter is not None else info.get("active")
@@ -382,7 +382,7 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
     base = info["base"]
     try:
         if base["kind"] == "scratch":
-            return cls.from_pretrained(run_dir / base["path"])
+            return cls.from_pretrained(run_dir / base["path"], use_safetensors=True)
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(run_dir / base["config"])
