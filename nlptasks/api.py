@@ -19,13 +19,16 @@ if TYPE_CHECKING:
     from nlptasks.engine.runner import RunResult
 
 
-def run(recipe: str | Path, overrides: Iterable[str] = (), progress: bool = False) -> RunResult:
+def run(
+    recipe: str | Path, overrides: Iterable[str] = (), progress: bool = False, resume: bool | str | Path = False
+) -> RunResult:
     """Validate ``recipe`` with ``--set``-style ``overrides`` (``"train.epochs=1"``), run the ten
-    steps and save the run; returns its ``output_dir``, ``metrics`` and ``seconds``."""
+    steps and save the run; returns its ``output_dir``, ``metrics`` and ``seconds``.
+    ``resume=True`` (or a run folder) continues an incomplete run, like ``nlptasks run --resume``."""
     from nlptasks.engine.runner import run as run_recipe
     from nlptasks.recipe import load_recipe
 
-    return run_recipe(load_recipe(recipe, list(overrides)), progress=progress)
+    return run_recipe(load_recipe(recipe, list(overrides)), progress=progress, resume=resume)
 
 
 def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = False) -> Any:

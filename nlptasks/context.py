@@ -122,6 +122,8 @@ class RunContext:
     manifest: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     log: logging.Logger = log
+    resume_from: Path | None = None
+    """The checkpoint step 9 continues from (``nlptasks run --resume``); ``None``: a fresh start."""
 
     def drop(self, split: str, reason: str, count: int) -> None:
         """Record that ``count`` rows of ``split`` were dropped for ``reason`` (logged, saved)."""

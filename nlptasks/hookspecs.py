@@ -337,6 +337,11 @@ def nlptasks_train(ctx: RunContext, trainer: Trainer, data: DatasetDict) -> dict
         keys without the Trainer's ``eval_``/``test_`` prefixes (*first result wins*).  The
         engine's default trains, keeps the best checkpoint on the task's ``best_metric``, then
         evaluates validation and test.
+
+    Call ``trainer.train()`` without arguments: the engine has wrapped it so that it resumes from
+    ``ctx.resume_from`` (``nlptasks run --resume``), saves a checkpoint every
+    ``output.checkpoint_steps`` and raises a one-line error at the first NaN or infinite training
+    loss (docs/reliability.md).
     """
 
 

@@ -6,15 +6,16 @@ number (``1.0``, as pandas or JSON may give) is the integer's text.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 __all__ = ["label_text", "sort_labels"]
 
 
 def label_text(value: Any) -> str | None:
-    """The label as text, stripped; ``None`` for a missing or empty label."""
-    if value is None:
-        return None
+    """The label as text, stripped; ``None`` for a missing, empty or NaN label."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None  # NaN: a missing label (pandas writes missing values as NaN)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     text = str(value).strip()

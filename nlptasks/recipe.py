@@ -45,6 +45,13 @@ __all__ = [
 ]
 
 
+def _no_nul(value: Any) -> Any:
+    """Paths reach the file system: a NUL character is refused here, not by ``open``."""
+    if isinstance(value, str) and "\0" in value:
+        raise ValueError(f"a path cannot contain a NUL character (got {value!r})")
+    return value
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
 
@@ -105,6 +112,8 @@ class DataConfig(Section):
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    _paths_without_nul = field_validator("train", "validation", "test")(lambda cls, v: _no_nul(v))
+
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
         if self.hub and (self.train or self.validation or self.test):
@@ -160,12 +169,23 @@ class ModelConfig(Section):
     )
     max_length: int = Field(128, ge=8, le=8192, description="Longest input in tokens; longer is truncated.")
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
-    trust_remote_code: bool = Field(False, description="Allow model code from the hub repository.")
+    trust_remote_code: bool = Field(
+        False,
+        description="Run the Python code that a hub repository or model folder ships with its model (a warning "
+        "names it). Off: only model classes built into transformers load.",
+    )
+    allow_pickle: bool = Field(
+        False,
+        description="Also load weights from pickle-based files (pytorch_model.bin), which can run code when "
+        "loaded. Off: safetensors files only.",
+    )
     dtype: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32",
         description="Weights of the loaded model: 'fp32', or half precision 'bf16'/'fp16' (CUDA GPU only; "
         "with [peft] the frozen base is halved and the adapter trains in fp32).",
     )
+
+    _path_without_nul = field_validator("name_or_path")(lambda cls, v: _no_nul(v))
 
     @model_validator(mode="after")
     def _one_model(self) -> ModelConfig:
@@ -388,6 +408,31 @@ class OutputConfig(Section):
     keep_checkpoints: bool = Field(False, description="Keep intermediate checkpoints after training.")
     overwrite: bool = Field(False, description="Replace an existing run of the same name.")
 
+    _dir_without_nul = field_validator("dir")(lambda cls, v: _no_nul(v))
+
+    @field_validator("run_name")
+    @classmethod
+    def _plain_name(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or value in (".", "..") or any(c in value for c in "/\\\0")):
+            raise ValueError(
+                f"must be a plain folder name, without slashes or '..' (got {value!r}): "
+                "runs go to <output.dir>/<task>/<run_name>"
+            )
+        return value
+    checkpoint_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Save a resumable checkpoint (model, optimizer, scheduler, RNG and data position) every N "
+        "optimizer steps, so that `nlptasks run RECIPE --resume` continues after a crash. Default: none (only "
+        "the best-model checkpoints of train.keep_best, which hold the model alone).",
+    )
+    checkpoint_limit: int = Field(
+        2,
+        ge=1,
+        description="Most checkpoints kept on disk while training (the oldest go first; the newest and, with "
+        "train.keep_best, the best one are always kept).",
+    )
+
 
 class Recipe(Section):
     """An nlptasks recipe."""
@@ -577,7 +622,7 @@ def load_recipe(
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:
-        problems += [p for p in problems_from(exc) if not p.where.startswith("options.")]
+        problems += [p for p in problems_from(exc) if p.where != "options" and not p.where.startswith("options.")]
 
     # The task and its options, even when other sections have problems.
     task_name = raw.get("task")
@@ -588,6 +633,12 @@ def load_recipe(
             spec = host.tasks[task_name]
         else:
             problems.append(Problem("task", host.unknown_task_message(task_name)))
+    elif task_name is not None:
+        problems = [p for p in problems if p.where != "task"]
+        problems.append(
+            Problem("task", f"must be a task name in quotes, e.g. task = \"cls\" (got {task_name!r}); "
+                    f"tasks: {', '.join(sorted(host.tasks)) or 'none installed'}")
+        )
     raw_options = raw.get("options", {})
     if spec is not None:
         if not isinstance(raw_options, dict):
@@ -601,7 +652,9 @@ def load_recipe(
     problems += _peft_problems(raw, spec, options)
     problems += _optimize_problems(raw)
 
+    problems += _nulls_in_lists(raw)
     if recipe is not None:
+        problems += _combination_problems(recipe)
         _resolve_paths(recipe, base, overridden)
         if check_files:
             problems += _missing_files(recipe)
@@ -611,7 +664,8 @@ def load_recipe(
         if any(p.message.startswith("unknown key") for p in problems):
             hint = "Every key is listed in docs/recipes.md and by `nlptasks schema`."
         raise RecipeError(source, problems, hint=hint)
-    assert recipe is not None and spec is not None and options is not None
+    if recipe is None or spec is None or options is None:  # every branch above reports its problem
+        raise RecipeError(source, [Problem("", "the recipe is not valid")])
     return LoadedRecipe(
         recipe=recipe, task=spec, options=options, path=Path(path) if path else None, raw=raw, notes=notes
     )
@@ -717,6 +771,35 @@ def _optimize_problems(raw: dict[str, Any]) -> list[Problem]:
         for key in FREEZE_KEYS
         if section.get(key) not in (None, False, 0, [])
     ]
+
+
+def _nulls_in_lists(node: Any, path: str = "") -> list[Problem]:
+    """``None`` inside a list (possible from Python, not from TOML): a run could not save the recipe."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _nulls_in_lists(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, list):
+        if any(v is None for v in node):
+            return [Problem(path, "a list cannot hold null (None) values: TOML has no null")]
+        return [p for v in node for p in _nulls_in_lists(v, path)]
+    return []
+
+
+def _combination_problems(recipe: Recipe) -> list[Problem]:
+    """Settings that are each valid but cannot go together."""
+    problems = []
+    dtype, precision = recipe.model.dtype, recipe.train.precision
+    if {dtype, precision} == {"bf16", "fp16"}:
+        problems.append(
+            Problem(
+                "train.precision",
+                f"{precision!r} cannot train weights loaded as model.dtype = {dtype!r} (the other half precision); "
+                f"set train.precision = {dtype!r} or 'auto'",
+            )
+        )
+    extra = recipe.train.extra
+    if extra.get("fp16") is True and extra.get("bf16") is True:
+        problems.append(Problem("train.extra", "sets both fp16 and bf16; choose one with train.precision instead"))
+    return problems
 
 
 def _resolve_paths(recipe: Recipe, base: Path, overridden: set[str]) -> None:

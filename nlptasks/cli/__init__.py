@@ -20,6 +20,7 @@ EXAMPLES = """\
 examples:
   nlptasks run recipes/cls.toml                      train the quickstart (under a minute on CPU) 
   nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
+  nlptasks run recipes/cls.toml --resume             continue the run a crash interrupted
   nlptasks infer --task cls "服务很好"                label a text with the latest cls run
   nlptasks infer --task pair "怎么退款" "如何申请退款"  score a sentence pair
   nlptasks infer --task sft "湖畔酒店几点可以入住？"      generate an answer with the latest sft run
@@ -57,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train on N processes (one per GPU, or CPU processes with gloo): starts "
                         "`python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks run ...` "
                         "(docs/optimize.md#distributed)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_DIR",
+                   help="continue the latest incomplete run of this recipe (or RUN_DIR) from its last complete "
+                        "checkpoint (see output.checkpoint_steps); the recipe must be the one the run started with")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a recipe without running it",
@@ -237,6 +241,15 @@ def _print_notes(loaded) -> None:  # noqa: ANN001 (LoadedRecipe; imported lazily
         print(f"note: {note}", file=sys.stderr)
 
 
+def _warn_remote_code(loaded) -> None:  # noqa: ANN001 (LoadedRecipe; imported lazily)
+    """check and inspect-batch load the tokenizer, which runs remote code too when allowed."""
+    model = loaded.recipe.model
+    if model.name_or_path and model.trust_remote_code:
+        from nlptasks.engine.modeling import warn_remote_code
+
+        warn_remote_code(logging.getLogger("nlptasks"), model.name_or_path, True)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from nlptasks.recipe import dump_toml, load_recipe
 
@@ -258,6 +271,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     loaded = load_recipe(args.recipe, args.overrides)
     _print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _warn_remote_code(loaded)
     from nlptasks.engine.doctor import check
 
     report = check(loaded)
@@ -284,7 +298,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from nlptasks.engine.runner import run
 
-    result = run(loaded, progress=not args.no_progress and main)
+    result = run(loaded, progress=not args.no_progress and main, resume=args.resume)
     if not main:
         return 0
     print(format_metrics(result.metrics))
@@ -521,6 +535,7 @@ def cmd_inspect_batch(args: argparse.Namespace) -> int:
     loaded = load_recipe(args.recipe, args.overrides)
     _print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _warn_remote_code(loaded)
     from nlptasks.engine.inspect import inspect_batch
 
     inspect_batch(loaded, split=args.split, rows=args.rows)

@@ -97,6 +97,10 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
         problems.append(
             Problem("optimize.tf32", "true needs a CUDA GPU (Ampere or newer); this machine has none (use false)")
         )
+    if recipe.train.precision == "fp16" and not cuda:
+        problems.append(
+            Problem("train.precision", "fp16 needs a CUDA GPU; this machine has none (use 'auto' or 'fp32')")
+        )
     peft = recipe.peft
     if peft is not None and peft.quantization != "none":
         need = []
@@ -265,6 +269,8 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         if main:
             model.config.save_pretrained(str(base_dir))
         base = {"kind": "pretrained", "name_or_path": model_cfg.name_or_path, "revision": model_cfg.revision, "config": BASE_DIR}
+        if model_cfg.allow_pickle:
+            base["allow_pickle"] = True  # inference may load the base's pickle weights too
     base["dtype"] = model_cfg.dtype
     if cfg.quantization != "none":
         from peft import prepare_model_for_kbit_training
@@ -384,7 +390,7 @@ def load_trained_model(
                 f"{run_dir}: this run trained the whole model; it has no adapters or base to choose",
                 hint="--adapter and --base-only apply to runs trained with a [peft] table (docs/peft.md).",
             )
-        model = cls.from_pretrained(run_dir)
+        model = cls.from_pretrained(run_dir, use_safetensors=True)  # runs save safetensors; never unpickle
         model.eval()
         return model
     adapter = adapter if adapter is not None else info.get("active")
@@ -415,11 +421,14 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
     base = info["base"]
     try:
         if base["kind"] == "scratch":
-            return cls.from_pretrained(run_dir / base["path"])
+            return cls.from_pretrained(run_dir / base["path"], use_safetensors=True)
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(run_dir / base["config"])
-        return cls.from_pretrained(base["name_or_path"], config=config, revision=base.get("revision"))
+        return cls.from_pretrained(
+            base["name_or_path"], config=config, revision=base.get("revision"),
+            use_safetensors=None if base.get("allow_pickle") else True,  # as the recipe allowed at training
+        )
     except OSError as exc:
         where = run_dir / base["path"] if base["kind"] == "scratch" else base["name_or_path"]
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -593,7 +602,7 @@ def export_merged(run_dir: Path, out: Path, adapter: str | None = None) -> dict[
     """
     from transformers import AutoTokenizer
 
-    from nlptasks.engine.runner import COMPLETE, MANIFEST, read_manifest, write_json
+    from nlptasks.engine.runner import MANIFEST, mark_complete, read_manifest, write_json
 
     manifest = read_manifest(run_dir)
     info = manifest.get("peft")
@@ -656,7 +665,5 @@ def export_merged(run_dir: Path, out: Path, adapter: str | None = None) -> dict[
         "check": {"inputs": len(check), "equal": True, "max_abs_diff": largest},
     }
     write_json(out / MANIFEST, result)
-    import datetime as _dt
-
-    (out / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
+    mark_complete(out)
     return result

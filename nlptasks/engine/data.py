@@ -45,12 +45,46 @@ def detect_format(path: Path, declared: str = "auto") -> str:
 
 def read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
     """Rows of a csv/json/jsonl file as dicts (values as written in the file)."""
+    try:
+        return _read_rows(path, fmt)
+    except UnicodeDecodeError as exc:
+        raise _encoding_error(path, fmt, exc) from None
+
+
+def _encoding_error(path: Path, fmt: str, exc: UnicodeDecodeError) -> DataError:
+    """A file that is not UTF-8: say which encoding it looks like, and the row of the first bad byte."""
+    raw = path.read_bytes()
+    hint = "Save the file as UTF-8 (e.g. iconv -f GBK -t UTF-8 in.csv > out.csv, or 'Save as UTF-8' in a spreadsheet)."
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return DataError("the file is UTF-16 (it starts with a UTF-16 byte-order mark); nlptasks reads UTF-8",
+                         path=str(path), hint=hint.replace("GBK", "UTF-16"))
+    line = raw[: exc.start].count(b"\n") + 1
+    row = line - 1 if fmt == "csv" and line > 1 else line
+    header = fmt == "csv" and line == 1
+    return DataError(
+        f"not UTF-8 text: byte 0x{raw[exc.start]:02x} (GBK or Latin-1, perhaps){' in the header' if header else ''}",
+        path=str(path), row=None if header else row, hint=hint,
+    )
+
+
+def _read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
     if fmt == "csv":
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
         with path.open(encoding="utf-8-sig", newline="") as fh:
             reader = csv.DictReader(fh, delimiter=delimiter)
             if not reader.fieldnames:
                 raise DataError("the file is empty (no header row)", path=str(path))
+            if len(reader.fieldnames) == 1:
+                for other in (";", "\t", "|") if delimiter == "," else (",", ";", "|"):
+                    if other in reader.fieldnames[0]:
+                        shown = "tab" if other == "\t" else repr(other)
+                        read_as = "comma" if delimiter == "," else "tab"
+                        raise DataError(
+                            f"the header {reader.fieldnames[0]!r} is a single column: the file looks "
+                            f"{shown}-separated, but {path.suffix or 'this'} files are read {read_as}-separated",
+                            path=str(path),
+                            hint="Save it with commas as .csv, or with tabs as .tsv.",
+                        )
             rows = []
             for i, row in enumerate(reader, start=1):
                 if None in row:
@@ -102,10 +136,52 @@ def rows_to_dataset(rows: list[dict[str, Any]], path: str) -> Dataset:
             if key not in columns:
                 columns.append(key)
     table = {c: [row.get(c) for row in rows] for c in columns}
+    for column, values in table.items():
+        problem = _mixed_types(values)
+        if problem is not None:
+            row, message = problem
+            same = "Give every row of a column the same kind of value (all strings or all numbers)."
+            hint = None if "NaN" in message else same
+            raise DataError(f"column {column!r}: {message}", path=path, row=row, hint=hint)
     try:
         return Dataset.from_dict(table)
     except Exception as exc:  # noqa: BLE001 - pyarrow type errors: mixed types in a column
         raise DataError(f"cannot build a table: {str(exc).splitlines()[0]} (mixed value types in a column?)", path=path) from None
+
+
+def _kind(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    return type(value).__name__
+
+
+def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
+    """``(row, message)`` for the first value of another kind than the column's first value (rows
+    from 1), or ``None``.  NaN among strings is named as such (a missing value written by pandas);
+    in a column of numbers it is a number, left to the task (which treats it as missing or refuses it)."""
+    import math
+
+    first: tuple[int, str] | None = None
+    for i, value in enumerate(values, start=1):
+        kind = _kind(value)
+        if kind is None:
+            continue
+        if first is None:
+            first = (i, kind)
+        elif kind != first[1]:
+            if isinstance(value, float) and not math.isfinite(value):
+                return i, (f"the value is {value!r} (NaN or infinite) where row {first[0]} has a {first[1]}; "
+                           "give a real value or remove the row")
+            return i, f"a {kind} ({json.dumps(value, ensure_ascii=False)[:40]}) where row {first[0]} has a {first[1]}"
+    return None
 
 
 def load_file(path: str, declared_format: str = "auto") -> Dataset:

@@ -40,6 +40,8 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
                 model_cfg.name_or_path,
                 revision=model_cfg.revision,
                 trust_remote_code=model_cfg.trust_remote_code,
+                # safetensors only, unless the recipe allows pickle files (which can run code on load)
+                use_safetensors=None if model_cfg.allow_pickle else True,
                 **from_pretrained_kwargs(ctx.recipe),
                 **config,
             )
@@ -89,6 +91,51 @@ def _build_on_meta(ctx: RunContext, cls: Any, auto_class: str, **config: Any) ->
     if model_cfg.dtype != "fp32":
         model = model.to({"bf16": torch.bfloat16, "fp16": torch.float16}[model_cfg.dtype])
     return model
+
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def check_weight_files(name_or_path: str, allow_pickle: bool) -> None:
+    """A local model folder whose weights are only pickle files needs ``model.allow_pickle``."""
+    from pathlib import Path
+
+    folder = Path(name_or_path)
+    if allow_pickle or not folder.is_dir():
+        return  # a hub id: from_pretrained(use_safetensors=True) refuses a repository without safetensors
+    if any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES and p.name != "training_args.bin")
+    if pickled:
+        raise RecipeError(
+            "recipe",
+            [
+                Problem(
+                    "model.allow_pickle",
+                    f"{folder} holds weights only as pickle files ({', '.join(pickled)}), which can run code when "
+                    "loaded; nlptasks loads safetensors only. Convert them to safetensors, or allow pickle files "
+                    "for a source you trust: --set model.allow_pickle=true",
+                )
+            ],
+        )
+
+
+def warn_remote_code(log: Any, name_or_path: str, trust: bool) -> None:
+    """With ``model.trust_remote_code`` on, say which code transformers will import and run."""
+    if not trust:
+        return
+    from pathlib import Path
+
+    folder = Path(name_or_path)
+    files = sorted(p.name for p in folder.glob("*.py")) if folder.is_dir() else []
+    if files:
+        what = f"the Python files in {folder}: {', '.join(files)}"
+    else:
+        what = f"the Python code of {name_or_path!r} (from the hub, at model.revision)"
+    log.warning(
+        "model.trust_remote_code = true: transformers will import and run %s; "
+        "only do this for a source you trust (pin model.revision for hub models)", what
+    )
 
 
 def build_from_scratch(ctx: RunContext, cls: Any, **config: Any) -> Any:

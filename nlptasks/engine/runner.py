@@ -6,6 +6,8 @@ A run directory ``<output.dir>/<task>/<run_name>/`` holds::
     tokenizer.json, tokenizer_config.json
     labels.json                         the label list (index = class id), when the task has classes
     recipe.toml                         the resolved recipe (every default filled in)
+    nlptasks-run.json                   written at the start: the resolved recipe and its hash (for --resume)
+    checkpoints/                        while training (removed at the end unless output.keep_checkpoints)
     metrics.json                        train/validation/test metrics and dropped-row counts
     nlptasks.json                       the manifest: task, plugins and versions, inference settings
     COMPLETE                            written last: the run finished
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
+import logging
 import platform
 import shutil
 import time
@@ -54,9 +57,13 @@ def run_dir_for(loaded: LoadedRecipe) -> Path:
         path = task_dir / out.run_name
         if path.exists():
             if not out.overwrite:
+                from nlptasks.engine.resume import RUN_STATE
+
+                incomplete = (path / RUN_STATE).exists() and not (path / COMPLETE).exists()
                 raise NlptasksError(
-                    f"output.run_name: {path} already exists",
-                    hint="Pick another name (--set output.run_name=NAME) or replace it (--set output.overwrite=true).",
+                    f"output.run_name: {path} already exists" + (" (an incomplete run)" if incomplete else ""),
+                    hint=("Continue it: nlptasks run RECIPE --resume; or " if incomplete else "")
+                    + "pick another name (--set output.run_name=NAME) or replace it (--set output.overwrite=true).",
                 )
             shutil.rmtree(path)
         return path
@@ -72,32 +79,123 @@ def run(
     overrides: Iterable[str] = (),
     host: Host | None = None,
     progress: bool = True,
+    resume: bool | str | Path = False,
 ) -> RunResult:
-    """Run a recipe through the ten steps and save the run; return its directory and metrics."""
+    """Run a recipe through the ten steps and save the run; return its directory and metrics.
+
+    :param resume: continue an incomplete run of this recipe from its last complete checkpoint
+        (``nlptasks run --resume``): ``True`` for the latest one under ``<output.dir>/<task>``,
+        or the run folder.  A run whose recipe differs is refused, naming the keys that differ.
+    """
     host = host or get_host()
     loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
     from nlptasks.engine import distributed
     from nlptasks.engine.adapters import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
+    model = loaded.recipe.model
+    if model.name_or_path:  # safety switches, before the tokenizer or model load anything
+        from nlptasks.engine.modeling import check_weight_files, warn_remote_code
+
+
+        check_weight_files(model.name_or_path, model.allow_pickle)
+        warn_remote_code(logging.getLogger("nlptasks"), model.name_or_path, model.trust_remote_code)
     started = time.perf_counter()
-    output_dir = distributed.on_main(lambda: run_dir_for(loaded))  # one name for every rank
+    resuming = resume is not False and resume is not None
+
+    def pick_run_dir() -> tuple[Path, Path | None]:
+        if not resuming:
+            return run_dir_for(loaded), None
+        from nlptasks.engine.resume import find_run, latest_checkpoint
+
+        given = None if resume is True else Path(resume)
+        found = find_run(loaded, _runs_base(loaded), given)
+        return found, latest_checkpoint(found / "checkpoints")
+
+    output_dir, resume_from = distributed.on_main(pick_run_dir)  # one folder for every rank
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=output_dir)
+    ctx.resume_from = resume_from
     hooks = host.hooks_for(loaded.task)
     if not distributed.is_main():
-        import logging
-
         logging.getLogger("nlptasks").setLevel(logging.WARNING)  # rank 0 logs for the run
-    ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
+    if resuming:
+        if resume_from is not None:
+            ctx.log.info("resume %s from %s", output_dir, resume_from.name)
+        else:
+            ctx.log.info("resume %s: no complete checkpoint there, so training starts over in it", output_dir)
+    else:
+        ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
     if distributed.world_size() > 1:
         ctx.manifest["distributed"] = {"world_size": distributed.world_size(), "backend": distributed.backend()}
         ctx.log.info("distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend())
 
-    with _library_progress_bars(progress):
-        metrics, trainer = _steps(ctx, hooks, loaded, progress)
-        seconds = time.perf_counter() - started
-        save_run(ctx, host, trainer, metrics, seconds, loaded)
+    try:
+        with _library_progress_bars(progress):
+            metrics, trainer = _steps(ctx, hooks, loaded, progress)
+            seconds = time.perf_counter() - started
+            save_run(ctx, host, trainer, metrics, seconds, loaded)
+    except OSError as exc:
+        raise write_error(exc, output_dir) from None
+    except Exception as exc:
+        io_error = _wrapped_io_error(exc, output_dir)
+        if io_error is None:
+            raise
+        raise write_error(io_error, output_dir) from None
     return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds)
+
+
+def _runs_base(loaded: LoadedRecipe) -> Path:
+    base = Path(loaded.recipe.output.dir)
+    if not base.is_absolute():
+        base = Path.cwd() / base
+    return base / loaded.task.name
+
+
+# How libraries that write in native code report a failed write: safetensors ("I/O error: No space
+# left on device (os error 28)") and torch.save ("PytorchStreamWriter failed writing file ...").
+_IO_MESSAGES = ("I/O error", "failed writing file", "No space left on device", "File too large")
+
+
+def _wrapped_io_error(exc: Exception, output_dir: Path) -> OSError | None:
+    """An ``OSError`` for a write failure a library reported as another exception, naming the
+    file being written (the newest file under the run folder), or ``None``."""
+    import errno
+    import re
+
+    text = str(exc)
+    if not any(m in text for m in _IO_MESSAGES):
+        return None
+    code = re.search(r"os error (\d+)", text)
+    number = int(code.group(1)) if code else errno.EIO
+    newest = None
+    if output_dir.is_dir():
+        # the file being written, or the folder a library removed its partial file from
+        def mtime(p: Path) -> int:
+            try:
+                return p.stat().st_mtime_ns
+            except OSError:
+                return -1
+
+        newest = max(output_dir.rglob("*"), key=mtime, default=None)
+    import os
+
+    reason = os.strerror(number) if code else text.strip().splitlines()[0]
+    return OSError(number, f"{reason} (a write failed here)", str(newest or output_dir))
+
+
+def write_error(exc: OSError, output_dir: Path) -> NlptasksError:
+    """An ``OSError`` met while a run reads and writes its folder, as one line naming the path."""
+    import errno
+
+    path = exc.filename or output_dir
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        hint = "The disk (or a size limit) is full: free space, or write the run elsewhere with --set output.dir=DIR."
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        hint = "Write the run to a folder you can write to: --set output.dir=DIR."
+    else:
+        hint = "Check the path; runs go to <output.dir>/<task>/<run_name> (--set output.dir=DIR)."
+    return NlptasksError(f"{path}: {reason} (run folder {output_dir}; it is left incomplete)", hint=hint)
 
 
 @contextlib.contextmanager
@@ -126,9 +224,12 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     output_dir = ctx.output_dir
     hooks.nlptasks_setup(ctx=ctx)  # 1
     if is_main():
-        (output_dir / "recipe.toml").write_text(
+        from nlptasks.engine.resume import write_run_state
+
+        write_run_state(output_dir, loaded)  # the recipe hash that --resume checks
+        write_text_atomic(
+            output_dir / "recipe.toml",
             dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml"),
-            encoding="utf-8",
         )
     raw = hooks.nlptasks_load_data(ctx=ctx)  # 2
     data = hooks.nlptasks_split(ctx=ctx, data=raw)  # 3
@@ -145,7 +246,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         model = apply_peft(ctx, model, data)
     compute_metrics = hooks.nlptasks_metrics(ctx=ctx)  # 6
 
-    from nlptasks.engine.training import training_kwargs, use_readable_logs
+    from nlptasks.engine.training import guard_trainer, training_kwargs, use_readable_logs
 
     has_validation = "validation" in data and len(data["validation"]) > 0
     kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
@@ -159,6 +260,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
             ctx=ctx, model=model, args=args, data=data, data_collator=collators[0], compute_metrics=compute_metrics
         )
         use_readable_logs(trainer, ctx, progress)
+        guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
         return trainer
 
     return train_with_oom_fallback(  # 9
@@ -169,6 +271,12 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
 def save_run(
     ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe
 ) -> None:
+    """Write the run's files, then ``COMPLETE`` last: a folder without it is never served.
+
+    Intermediate checkpoints are removed only after ``COMPLETE`` exists, so an interrupted save
+    can always be resumed (``nlptasks run --resume``).  In a distributed run every rank takes part
+    in saving the model; rank 0 writes the rest.
+    """
     from nlptasks.engine.distributed import barrier, is_main
 
     out = ctx.output_dir
@@ -183,10 +291,15 @@ def save_run(
     full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1)}
     write_json(out / "metrics.json", full_metrics)
     write_json(out / MANIFEST, manifest_for(ctx, host, loaded))
+    mark_complete(out)
     if not loaded.recipe.output.keep_checkpoints and ctx.checkpoints_dir.exists():
-        shutil.rmtree(ctx.checkpoints_dir)
-    (out / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
+        shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)
     barrier()
+
+
+def mark_complete(run_dir: Path) -> None:
+    """Write the ``COMPLETE`` marker: call it after every other file of the run is written."""
+    write_text_atomic(run_dir / COMPLETE, _dt.datetime.now().isoformat(timespec="seconds") + "\n")
 
 
 def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str, Any]:
@@ -220,13 +333,33 @@ def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str,
     }
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file and a rename: readers see the old file or the new
+    one, never half of one."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(value, ensure_ascii=False, indent=2) + "\n")
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """The manifest of a complete run; an incomplete or foreign folder is an error saying what
+    to do (every consumer of runs reads them through here: infer, export, add-adapter, load)."""
     path = run_dir / MANIFEST
     if not (run_dir / COMPLETE).exists():
+        from nlptasks.engine.resume import RUN_STATE, resume_command
+
+        if (run_dir / RUN_STATE).exists():
+            raise NlptasksError(
+                f"{run_dir}: an incomplete run (training stopped before it finished: no {COMPLETE} marker); "
+                "it is not used",
+                hint=f"Finish it: {resume_command(run_dir)}   (or use a complete run)",
+            )
         raise NlptasksError(
             f"{run_dir}: not a complete nlptasks run (no {COMPLETE} marker)",
             hint="Point --model at a folder made by `nlptasks run`, or run a recipe first.",

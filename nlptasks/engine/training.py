@@ -32,6 +32,7 @@ def resolve_precision(precision: str) -> str:
 def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, progress: bool = True) -> dict[str, Any]:
     """The keyword arguments for ``TrainingArguments`` derived from ``[train]`` (step 7's input)."""
     t = ctx.recipe.train
+    out = ctx.recipe.output
     task_best = ctx.task.best_metric_for(ctx.options)
     best = t.best_metric or task_best
     if best == task_best:
@@ -62,8 +63,11 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         "eval_steps": t.eval_steps,
         "save_strategy": t.eval_strategy if keep_best else "no",
         "save_steps": t.eval_steps,
-        "save_total_limit": 1 if keep_best else None,
-        "save_only_model": True,
+        # Every N steps a resumable checkpoint (CheckpointEvery below, beside the best-model saves);
+        # the Trainer saves optimizer, scheduler and RNG state only without save_only_model.
+        "save_total_limit": out.checkpoint_limit if out.checkpoint_steps else (1 if keep_best else None),
+        "save_only_model": not out.checkpoint_steps,
+        "logging_nan_inf_filter": False,  # a NaN loss must show, not be averaged away
         "load_best_model_at_end": keep_best,
         "metric_for_best_model": best if keep_best else None,
         "greater_is_better": greater if keep_best else None,
@@ -233,3 +237,79 @@ def train_and_evaluate(ctx: RunContext, trainer: Any, data: Any) -> dict[str, An
             values = trainer.evaluate(eval_dataset=data[split], metric_key_prefix=prefix)
             metrics[split] = _strip(values, prefix)
     return metrics
+
+
+def guard_trainer(trainer: Any, ctx: RunContext) -> None:
+    """Around step 9, whatever Trainer class and ``nlptasks_train`` a plugin uses:
+
+    - a resumable checkpoint every ``output.checkpoint_steps`` optimizer steps;
+    - the first non-finite training loss stops training at that step, with no evaluation or
+      checkpoint of the broken weights, and ``trainer.train()`` then raises an error naming the
+      step and the last good checkpoint (the run stays incomplete);
+    - with ``ctx.resume_from`` set (``nlptasks run --resume``), ``trainer.train()`` continues
+      from that checkpoint: weights, optimizer, scheduler, RNG state and position in the data.
+    """
+    import torch
+    from transformers import TrainerCallback
+
+    every = ctx.recipe.output.checkpoint_steps
+    bad: dict[str, Any] = {}
+    original_step = trainer.training_step
+
+    def training_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        loss = original_step(model, inputs, *args, **kwargs)
+        if not bad and isinstance(loss, torch.Tensor) and not bool(torch.isfinite(loss.detach()).all()):
+            bad.update(step=trainer.state.global_step + 1, value=float(loss.detach().float().mean()))
+        return loss
+
+    class Guard(TrainerCallback):
+        def _stop(self, control: Any) -> Any:
+            control.should_training_stop = True
+            control.should_save = control.should_evaluate = control.should_log = False
+            return control
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if bad:
+                return self._stop(control)
+            if every and state.global_step % every == 0:
+                control.should_save = True
+            return control
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            return self._stop(control) if bad else control
+
+    trainer.training_step = training_step
+    trainer.add_callback(Guard())
+    original_train = trainer.train
+
+    def train(*args: Any, **kwargs: Any) -> Any:
+        if ctx.resume_from is not None and not args:
+            kwargs.setdefault("resume_from_checkpoint", str(ctx.resume_from))
+        result = original_train(*args, **kwargs)
+        if bad:
+            raise _diverged(ctx, bad["step"], bad["value"], trainer.args.learning_rate)
+        return result
+
+    trainer.train = train
+
+
+def _diverged(ctx: RunContext, step: int, value: float, learning_rate: float) -> NlptasksError:
+    from nlptasks.engine.resume import checkpoint_problem
+
+    good = [
+        p for p in ctx.checkpoints_dir.glob("checkpoint-*")
+        if p.is_dir() and p.name.rsplit("-", 1)[-1].isdigit() and checkpoint_problem(p) is None
+    ]
+    if good:
+        last = max(good, key=lambda p: int(p.name.rsplit("-", 1)[-1]))
+        kept = f"the last good checkpoint is {last}"
+    else:
+        kept = "no resumable checkpoint was saved before it" + (
+            "" if ctx.recipe.output.checkpoint_steps else " (output.checkpoint_steps is not set)"
+        )
+    return NlptasksError(
+        f"train: the training loss became {value} at step {step}; training stopped there and the run "
+        f"{ctx.output_dir} is left incomplete; {kept}",
+        hint=f"Lower train.learning_rate (the run used {learning_rate:g}), "
+        "or check the data (nlptasks check RECIPE), then start a new run.",
+    )

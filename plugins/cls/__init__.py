@@ -98,6 +98,11 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             _check_labels(ctx, split, ds, set(labels), "options.labels")
     else:
         labels = sort_labels({t for t in train_labels if t is not None})
+        if len(labels) < 2:  # before the other splits' labels: this is the problem to fix first
+            raise DataError(
+                f"the training data has a single label ({labels[0]!r}); classification needs at least two",
+                path=ctx.sources.get("train"),
+            )
         for split, ds in data.items():
             if split != "train":
                 _check_labels(ctx, split, ds, set(labels), "the training data")
@@ -175,6 +180,12 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
                                     split, no_label))
     findings += label_sets(ctx, data, labels_of, known=opts.labels, known_from="options.labels" if opts.labels else "train",
                            hint="; a run stops on them (fix the rows, or list every label in options.labels)")
+    if "train" in data and opts.labels is None:
+        seen = {label for row in data["train"] for label in labels_of(row)}
+        if len(seen) < 2:
+            findings.append(Finding("error", "single-label", f"the training data has {len(seen)} label(s) "
+                                    f"({', '.join(map(repr, sorted(seen)))}); classification needs at least two",
+                                    "train"))
     findings += balance(ctx, data, labels_of)
     findings += duplicates(ctx, data, text, label=lambda row: tuple(labels_of(row)))
     findings += split_overlap(ctx, data, text)

@@ -1,0 +1,99 @@
+"""Bad inputs, tested: a corpus of malformed recipes and dirty data files through the CLI.
+
+``tests/bad_inputs/recipes/*.toml``: each starts with ``# expect: FRAGMENT`` lines (and, when
+``nlptasks validate`` does not meet the problem, ``# command: run``, with ``# args: ...`` after the
+recipe).
+``tests/bad_inputs/data/``: dirty files written for these tests, described in ``manifest.toml``.
+
+Every case must give a non-zero exit (or, for a defect the run repairs, a finding of the data
+doctor), one ``error:`` line naming the key path or the file and line, and no traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent / "bad_inputs"
+RECIPES = sorted((HERE / "recipes").glob("*.toml"))
+DATA = HERE / "data"
+MANIFEST = tomllib.loads((DATA / "manifest.toml").read_text(encoding="utf-8"))["file"]
+
+
+def header(path: Path, key: str) -> list[str]:
+    return re.findall(rf"^# {key}: (.*)$", path.read_text(encoding="utf-8"), flags=re.M)
+
+
+def assert_clean_error(err: str) -> list[str]:
+    """One ``error:`` line, no traceback; returns the lines of the message (log lines left out)."""
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if not line.startswith(("nlptasks: ", "note: "))]
+    assert lines and lines[0].startswith("error: "), err
+    assert sum(line.startswith("error: ") for line in lines) == 1, err
+    return lines
+
+
+def test_the_corpus_is_big_enough():
+    assert len(RECIPES) >= 30
+    assert len(MANIFEST) >= 15
+    assert all((DATA / entry["name"]).exists() for entry in MANIFEST)
+    assert all(header(path, "expect") for path in RECIPES), [p.name for p in RECIPES if not header(p, "expect")]
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
+def test_malformed_recipe(cli, tmp_path, path):
+    command = (header(path, "command") or ["validate"])[0]
+    argv = [command, str(path), *" ".join(header(path, "args")).split()]
+    if command == "run":
+        argv += ["--no-progress", "--set", f"output.dir={tmp_path}"]
+    code, out, err = cli(*argv)
+    assert code != 0, (out, err)
+    lines = assert_clean_error(err)
+    assert len(lines) <= 4, err  # the error, its problem line(s), the hint
+    for fragment in header(path, "expect"):
+        assert fragment in err, (fragment, err)
+
+
+def dirty_recipe(tmp_path: Path, entry: dict) -> Path:
+    task = entry.get("task", "cls")
+    good = DATA / entry.get("good", "good_ner.jsonl" if task == "ner" else "good.csv")
+    split = entry.get("split", "train")
+    files = {"train": good, "validation": good, "test": good}  # given as files: nothing to split
+    files[split] = DATA / entry["name"]
+    lines = [f'task = "{task}"', "", "[data]"]
+    lines += [f'{name} = "{file.as_posix()}"' for name, file in files.items()]
+    lines += ["", "[model]", "max_length = 32", "", "[model.scratch]", "layers = 1", "hidden = 32", "heads = 2",
+              "intermediate = 64", "min_frequency = 1", "", "[train]", "max_steps = 1"]
+    if task == "ner":
+        lines += ["", "[options]", 'tokens_column = "tokens"', 'tags_column = "tags"']
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return recipe
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=[e["name"] for e in MANIFEST])
+def test_dirty_data_file(cli, tmp_path, entry):
+    recipe = dirty_recipe(tmp_path, entry)
+    command = entry.get("command", "run")
+    argv = [command, recipe]
+    if command == "run":
+        argv += ["--no-progress", "--set", f"output.dir={tmp_path / 'runs'}"]
+    code, out, err = cli(*argv)
+    assert code == entry.get("exit", 2), (out, err)
+    text = out + err
+    if code != 0:
+        assert_clean_error(err)
+    for fragment in entry["expect"]:
+        assert fragment in text, (fragment, text)
+
+    # The data doctor reports every seeded defect, naming the file.
+    code, out, err = cli("check", recipe)
+    assert "Traceback" not in err
+    if code == 2:  # the recipe itself cannot be checked (e.g. a file with no format): the error says so
+        assert entry["name"] in err
+        return
+    problems = [line for line in out.splitlines() if line.startswith(("error: ", "warning: "))]
+    assert any(entry["name"] in line for line in problems), out

@@ -1,0 +1,88 @@
+"""Generated recipes: the validator returns a recipe or raises a recipe error, never anything else.
+
+Dictionaries mix the real keys (at their real places and elsewhere) with unknown ones, and give
+them values of every TOML type, nested at random.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nlptasks.errors import NlptasksError
+from nlptasks.plugins import get_host
+from nlptasks.recipe import PeftConfig, Recipe, dump_toml, load_recipe
+
+GOOD = Path(__file__).resolve().parent / "bad_inputs" / "data" / "good.csv"
+
+KEYS = sorted({*Recipe.model_fields, *PeftConfig.model_fields, "train", "validation", "test", "hub", "scratch",
+               "name_or_path", "epochs", "batch_size", "learning_rate", "max_length", "layers", "hidden", "heads",
+               "extra", "split", "dir", "run_name", "checkpoint_steps", "text_column", "label_column", "labels",
+               "precision", "dtype", "tokenizer", "allow_pickle", "unknown", "", "über", "a.b"})
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12), st.sampled_from(["cls", "ner", "pair", "sft", "lora", "4bit", "fp16", "bf16", "char",
+                                           "bert", "steps", "epoch", str(GOOD), "../x", ""]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=4),
+    max_leaves=12,
+)
+sections = st.fixed_dictionaries(
+    {},
+    optional={
+        "task": st.one_of(st.sampled_from(["cls", "ner", "pair", "sft", "nope"]), scalars),
+        "data": st.one_of(st.fixed_dictionaries({"train": st.just(str(GOOD))}, optional={
+            "validation": values, "split": values, "hub": values, "max_train_rows": values}), values),
+        "model": st.one_of(st.fixed_dictionaries({}, optional={
+            "scratch": st.one_of(st.fixed_dictionaries({}, optional={"layers": values, "hidden": values,
+                                                                         "heads": values}), values),
+            "name_or_path": values, "max_length": values, "dtype": values, "allow_pickle": values}), values),
+        "train": st.dictionaries(st.sampled_from(KEYS), values, max_size=4),
+        "output": st.dictionaries(st.sampled_from(KEYS), values, max_size=3),
+        "peft": st.dictionaries(st.sampled_from(KEYS), values, max_size=4),
+        "options": values,
+        "seed": values,
+    },
+).flatmap(lambda known: st.dictionaries(st.sampled_from(KEYS), values, max_size=2).map(lambda extra: {**extra, **known}))
+
+PATHS = ["task", "seed", "data.train", "data.validation", "data.split.validation", "data.split.test", "data.hub",
+         "data.max_train_rows", "model.max_length", "model.dtype", "model.allow_pickle", "model.name_or_path",
+         "model.scratch.hidden", "model.scratch.heads", "model.scratch.layers", "model.scratch.tokenizer",
+         "train.epochs", "train.batch_size", "train.learning_rate", "train.precision", "train.eval_strategy",
+         "train.extra.fp16", "train.extra.bf16", "output.run_name", "output.checkpoint_steps", "output.checkpoint_limit",
+         "peft.method", "peft.r", "peft.quantization", "peft.quant_type", "options.text_column", "options.labels",
+         "options", "unknown.key", "train.unknown"]
+
+
+def mutate(changes: list[tuple[str, object]]) -> dict:
+    """A valid recipe with some keys set to generated values."""
+    raw: dict = {"task": "cls", "data": {"train": str(GOOD)}, "model": {"scratch": {}}}
+    for path, value in changes:
+        node = raw
+        *parents, last = path.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[last] = value
+    return raw
+
+
+mutated = st.lists(st.tuples(st.sampled_from(PATHS), st.one_of(scalars, values)), max_size=3).map(mutate)
+HOST = get_host()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.one_of(sections, mutated), check_files=st.booleans())
+def test_generated_recipes_validate_or_fail_with_a_recipe_error(raw, check_files):
+    try:
+        loaded = load_recipe(None, raw=raw, host=HOST, check_files=check_files)
+    except NlptasksError as exc:
+        assert exc.render().strip()
+        return
+    assert loaded.recipe.task in HOST.tasks
+    dump_toml(loaded.resolved())  # a valid recipe can always be saved with its run

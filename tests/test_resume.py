@@ -1,0 +1,212 @@
+"""Resume after a crash, atomic runs, the NaN stop and write errors: real runs of tiny models.
+
+The kill test starts ``python -m nlptasks run`` as a subprocess, SIGKILLs it in the middle of an
+epoch once a checkpoint exists, resumes it, and compares the metrics with an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, TINY, read_metrics
+
+CLS = RECIPES / "cls.toml"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sets(*items: str) -> list[str]:
+    argv: list[str] = []
+    for item in items:
+        argv += ["--set", item]
+    return argv
+
+
+def nlptasks(*argv: str, cwd: Path, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "nlptasks", "run", str(CLS), "--no-progress", *argv],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
+    )
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, err
+
+
+def assert_one_line_error(err: str, *fragments: str) -> None:
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
+    # 1 epoch of 150 steps (1,200 rows, batch 8); a full checkpoint every 10 steps
+    common = sets(*TINY, "train.epochs=1", "train.batch_size=8", "output.checkpoint_steps=10",
+                  "data.max_eval_rows=60", f"output.dir={tmp_path / 'runs'}")
+    whole_proc = nlptasks(*common, *sets("output.run_name=whole"), cwd=tmp_path)  # alongside, for time
+    proc = nlptasks(*common, *sets("output.run_name=killed"), cwd=tmp_path)
+    run_dir = tmp_path / "runs" / "cls" / "killed"
+    deadline = time.time() + 240
+    while not (run_dir / "checkpoints" / "checkpoint-20" / "trainer_state.json").exists():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "COMPLETE").exists()
+    steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+    assert 20 <= steps[-1] < 150, steps  # killed in the middle of the (only) epoch
+
+    code, err = finish(whole_proc)
+    assert code == 0, err
+    code, err = finish(nlptasks(*common, *sets("output.run_name=killed"), "--resume", cwd=tmp_path))
+    assert code == 0, err
+    resumed = [line for line in err.splitlines() if "resume" in line]
+    assert resumed and "checkpoint-" in resumed[0], err
+    assert int(resumed[0].rsplit("checkpoint-", 1)[1]) >= 20
+    assert (run_dir / "COMPLETE").exists() and not (run_dir / "checkpoints").exists()
+
+    whole, again = read_metrics(tmp_path / "runs" / "cls" / "whole"), read_metrics(run_dir)
+    for split in ("validation", "test"):
+        for key in ("loss", "accuracy", "f1_macro"):
+            assert again[split][key] == pytest.approx(whole[split][key], abs=1e-5), (split, key)
+
+
+@pytest.fixture
+def broken_run(cli, tmp_path):
+    """A run that finished, then made to look crashed: no final files, checkpoints 10, 20, 30."""
+    argv = ["run", str(CLS), "--no-progress", *sets(
+        *TINY, "train.max_steps=30", "output.checkpoint_steps=10", "output.checkpoint_limit=3",
+        "output.keep_checkpoints=true", "data.max_eval_rows=60", f"output.dir={tmp_path / 'runs'}",
+        "output.run_name=r")]
+    code, _, err = cli(*argv)
+    assert code == 0, err
+    run_dir = tmp_path / "runs" / "cls" / "r"
+    metrics = read_metrics(run_dir)
+    for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json"):
+        (run_dir / name).unlink()
+    return argv, run_dir, metrics
+
+
+def test_consumers_refuse_an_incomplete_run(cli, broken_run):
+    _, run_dir, _ = broken_run
+    for argv in (["infer", "--model", run_dir, "好"], ["export", run_dir, "--merge", run_dir.parent / "m"],
+                 ["add-adapter", run_dir, run_dir, "--name", "x"]):
+        code, out, err = cli(*argv)
+        assert code == 2 and out == ""
+        assert_one_line_error(err, str(run_dir), "incomplete run", "--resume", str(CLS))
+    import nlptasks
+    from nlptasks.errors import NlptasksError
+
+    with pytest.raises(NlptasksError, match="incomplete run"):
+        nlptasks.load(run_dir)
+    code, _, err = cli("infer", "--task", "cls", "--runs-dir", run_dir.parents[1], "好")
+    assert code == 2 and "no complete 'cls' run" in err  # the latest-run lookup never picks it
+
+
+def test_partial_checkpoints_are_skipped_and_a_changed_recipe_is_refused(cli, broken_run):
+    argv, run_dir, metrics = broken_run
+    ckpt = run_dir / "checkpoints"
+    weights = ckpt / "checkpoint-30" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    (ckpt / "checkpoint-20" / "trainer_state.json").unlink()  # the save never finished
+
+    code, _, err = cli(*argv, "--resume", "--set", "train.learning_rate=1e-3")
+    assert code == 2
+    assert_one_line_error(err, "another recipe", "train.learning_rate: 0.0005 in the run, 0.001 now")
+
+    code, _, err = cli(*argv, "--resume", run_dir)
+    assert code == 0, err
+    assert "skipped checkpoint" in err and "checkpoint-30: model.safetensors is truncated" in err
+    assert "checkpoint-20: no trainer_state.json" in err
+    assert "from checkpoint-10" in err
+    assert (ckpt / "broken-checkpoint-30").is_dir() and (ckpt / "broken-checkpoint-20").is_dir()
+    again = read_metrics(run_dir)
+    for split in ("validation", "test"):
+        assert again[split]["loss"] == pytest.approx(metrics[split]["loss"], abs=1e-5)
+        assert again[split]["accuracy"] == metrics[split]["accuracy"]
+
+    code, _, err = cli(*argv, "--resume", run_dir)  # now complete
+    assert code == 2 and "nothing to resume" in err
+    code, _, err = cli(*argv[:3], "--resume", "--set", f"output.dir={run_dir.parents[1] / 'none'}")
+    assert code == 2
+    assert_one_line_error(err, "no incomplete run of task 'cls'", f"Start one: nlptasks run {CLS}")
+
+
+def test_a_nan_loss_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint(cli, tmp_path):
+    # learning rate 1e4 (train.extra overrides the bounded key): finite for 3 steps, NaN at step 4
+    code, out, err = cli("run", CLS, "--no-progress", *sets(
+        *TINY, "train.max_steps=10", "train.warmup=0", "train.extra.learning_rate=1e4",
+        "output.checkpoint_steps=1", f"output.dir={tmp_path}", "output.run_name=n"))
+    assert code == 2, err
+    assert_one_line_error(err, "the training loss became nan at step ")
+    step = int(err.split("at step ")[1].split(";")[0])  # 4 on our CPUs
+    assert 2 <= step < 10
+    run_dir = tmp_path / "cls" / "n"
+    assert f"the last good checkpoint is {run_dir / 'checkpoints' / f'checkpoint-{step - 1}'}" in err
+    assert not (run_dir / "COMPLETE").exists() and not (run_dir / "model.safetensors").exists()
+    steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+    assert steps[-1] == step - 1  # nothing saved from the step that diverged
+    from safetensors.torch import load_file
+
+    weights = load_file(run_dir / "checkpoints" / f"checkpoint-{step - 1}" / "model.safetensors")
+    assert all(bool(t.isfinite().all()) for t in weights.values())
+
+
+def test_an_unwritable_output_dir_is_named(cli, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    code, _, err = cli("run", CLS, "--no-progress", *sets(*TINY, "train.max_steps=2", f"output.dir={blocker / 'runs'}"))
+    assert code == 2
+    assert_one_line_error(err, str(blocker), "Not a directory", "--set output.dir=DIR")
+
+
+def test_a_full_disk_is_named(tmp_path):
+    """A file-size limit makes every write past 100 kB fail (EFBIG) as a full disk does (ENOSPC);
+    safetensors reports it as its own exception, which must still name the folder."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+    proc = nlptasks(*sets(*TINY, "train.max_steps=3", f"output.dir={tmp_path}", "output.run_name=f"),
+                    cwd=tmp_path, preexec_fn=limit)
+    code, err = finish(proc)
+    assert code == 2, err
+    assert_one_line_error(err, str(tmp_path / "cls" / "f"), "File too large", "free space")
+    assert not (tmp_path / "cls" / "f" / "COMPLETE").exists()
+    assert json.loads((tmp_path / "cls" / "f" / "nlptasks-run.json").read_text())["recipe_sha256"]
+
+
+def test_an_adapter_run_resumes_to_the_same_result(cli, tmp_path, capsys):
+    """sft with LoRA (adapter checkpoints, LoRA dropout): resumed from the checkpoint before the last."""
+    overrides = [*TINY, "train.max_steps=12", "output.checkpoint_steps=4", "output.checkpoint_limit=3",
+                 "output.keep_checkpoints=true", f"output.dir={tmp_path}", "output.run_name=s"]
+    code, _, err = cli("run", RECIPES / "sft.toml", "--no-progress", *sets(*overrides))
+    assert code == 0, err
+    run_dir = tmp_path / "sft" / "s"
+    metrics = read_metrics(run_dir)
+    for name in ("COMPLETE", "metrics.json", "adapter_model.safetensors"):
+        (run_dir / name).unlink()
+    import shutil
+
+    shutil.rmtree(run_dir / "checkpoints" / "checkpoint-12")
+    import nlptasks
+
+    result = nlptasks.run(RECIPES / "sft.toml", overrides, resume=True)  # the Python API
+    assert result.output_dir == run_dir and (run_dir / "COMPLETE").exists()
+    assert "from checkpoint-8" in capsys.readouterr().err
+    again = read_metrics(run_dir)
+    for split in ("validation", "test"):
+        assert again[split]["loss"] == pytest.approx(metrics[split]["loss"], abs=1e-5)
