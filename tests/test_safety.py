@@ -68,16 +68,30 @@ def test_the_switches_are_off_by_default():
     assert ModelConfig.model_fields["allow_pickle"].default is False
 
 
+# The one place that starts a process: `nlptasks run --nproc N` re-runs the same command under
+# torchrun, as an argument list (torchrun_command), never through a shell.
+LAUNCHER = ("nlptasks/cli/__init__.py", "subprocess.call(command)")
+
+
 def test_no_recipe_string_reaches_a_shell():
-    """Nothing in the engine or the built-in plugins starts processes or evaluates strings."""
-    pattern = re.compile(r"\bsubprocess\b|os\.system|os\.popen|os\.exec|shell\s*=\s*True|(?<![.\w`])eval\(|(?<![.\w`])exec\(|pickle\.loads?\(")
-    hits = []
+    """Nothing in the engine or the built-in plugins runs a shell or evaluates strings; the only
+    process started is the --nproc launcher's argument list."""
+    pattern = re.compile(r"os\.system|os\.popen|os\.exec|shell\s*=\s*True|(?<![.\w`])eval\(|(?<![.\w`])exec\(|pickle\.loads?\(")
+    hits, calls = [], []
     for folder in ("nlptasks", "plugins"):
         for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
                 if pattern.search(line):
-                    hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+                    hits.append(f"{rel}:{n}: {line.strip()}")
+                if re.search(r"\bsubprocess\.\w+\(", line):
+                    calls.append((rel, line.strip().removeprefix("return ")))
     assert hits == []
+    assert calls == [LAUNCHER]
+    from nlptasks.engine.distributed import torchrun_command
+
+    command = torchrun_command(2, ["run", "recipe with spaces; rm -rf x.toml", "--nproc", "2"])
+    assert isinstance(command, list) and "recipe with spaces; rm -rf x.toml" in command and "--nproc" not in command
 
 
 def test_an_adapter_run_on_a_pickle_base_loads_it_only_as_allowed(cli, tmp_path, pickle_model):
