@@ -237,6 +237,34 @@ def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
     return p.PromptTuningConfig(prompt_tuning_init=p.PromptTuningInit.RANDOM, **common)
 
 
+def prefix_problem(model: Any, task_type: str) -> str | None:
+    """Why peft's prefix tuning cannot run on ``model``, or ``None`` when it can.
+
+    Prefix tuning hands its trained keys and values to the model as ``past_key_values``.  For
+    sequence and token classification peft looks for that argument in the forward of the model or
+    of its backbone and refuses the model without it; transformers 5.24 renamed the argument to
+    ``cache`` in its encoders (BERT and others), so peft 0.21 refuses them there.  Causal LMs and
+    plain encoders (feature extraction) go through other peft paths and are not affected.
+    """
+    import inspect
+
+    if task_type not in ("SEQ_CLS", "TOKEN_CLS"):
+        return None
+
+    def takes_past(module: Any) -> bool:
+        return "past_key_values" in inspect.signature(module.forward).parameters
+
+    backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    if takes_past(model) or (backbone is not None and takes_past(backbone)):
+        return None
+    import transformers
+
+    return (
+        f"peft passes the prefix as past_key_values, which neither {type(model).__name__}.forward nor its "
+        f"backbone takes in transformers {transformers.__version__} (peft 0.21 predates its rename to 'cache')"
+    )
+
+
 def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     """Wrap step 5's ``model`` with the recipe's ``[peft]`` method; save what loading needs.
 
@@ -251,6 +279,13 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     task_type = ctx.task.peft_task_type_for(ctx.options)
     if task_type is None:  # load_recipe refuses this; a plugin may have changed its mind since
         raise RecipeError("recipe", [Problem("peft", f"task {ctx.task.name!r} does not support PEFT")])
+    reason = prefix_problem(model, task_type) if cfg.method == "prefix" else None
+    if reason:
+        raise RecipeError(
+            "recipe",
+            [Problem("peft.method", f"'prefix' cannot train {type(model).__name__}: {reason}; "
+                     "use 'lora', 'ia3', 'p_tuning' or 'prompt' (--set peft.method=lora)")],
+        )
     out = ctx.output_dir
     base_dir = out / BASE_DIR
     model_cfg = ctx.recipe.model
