@@ -1,13 +1,65 @@
-"""Step 10, generic part: batched forward passes for inference.
+"""Step 10, generic part: batched forward passes for inference, and the inference device/dtype.
 
 Inputs are sorted by length so each batch pads little, run under ``torch.inference_mode``, and
-the results are put back in the input order.
+the results are put back in the input order.  Models loaded for inference
+(:func:`nlptasks.engine.load_trained_model`) go to a CUDA GPU when there is one, in bf16 where
+the GPU supports it (``nlptasks infer --precision``); on a CPU they stay fp32.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+from nlptasks.errors import NlptasksError
+
+PRECISIONS = ("auto", "fp32", "bf16")
+_precision = "auto"  # what `nlptasks infer --precision` / `nlptasks.load(precision=)` asked for
+
+
+def set_inference_precision(precision: str) -> None:
+    """Choose the dtype of models loaded for inference from now on: ``auto`` (bf16 on a CUDA GPU
+    that supports it, else fp32), ``fp32`` or ``bf16`` (a CUDA GPU with bf16 only)."""
+    global _precision
+    if precision not in PRECISIONS:
+        raise NlptasksError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    _precision = precision
+
+
+def inference_precision(precision: str | None = None) -> tuple[str, str]:
+    """``(device, dtype)`` for inference: ``("cuda", "bf16")`` on a GPU with bf16, ``("cuda",
+    "fp32")`` on an older one (or when fp32 is asked for), ``("cpu", "fp32")`` without a GPU."""
+    import torch
+
+    precision = precision or _precision
+    cuda = torch.cuda.is_available()
+    bf16 = cuda and torch.cuda.is_bf16_supported()
+    if precision == "bf16" and not bf16:
+        raise NlptasksError(
+            "--precision bf16: needs a CUDA GPU with bf16 support; this machine has "
+            + ("a GPU without it" if cuda else "no GPU"),
+            hint="Leave out --precision (auto: fp32 here) or use --precision fp32.",
+        )
+    if precision == "auto":
+        precision = "bf16" if bf16 else "fp32"
+    return ("cuda" if cuda else "cpu"), precision
+
+
+def prepare_for_inference(model: Any) -> Any:
+    """``model`` in eval mode on the inference device and dtype (see :func:`inference_precision`)."""
+    import torch
+
+    device, precision = inference_precision()
+    model = model.to(device)
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    model.eval()
+    return model
+
+
+def model_device(model: Any) -> Any:
+    """Where ``model``'s weights are (inputs must go there)."""
+    return next(model.parameters()).device
 
 
 def predict_logits(

@@ -107,6 +107,7 @@ class BiEncoderPredictor:
         if not texts:
             return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        device = next(self.model.parameters()).device
         out: list[Any] = [None] * len(texts)
         starts: Any = range(0, len(order), self.batch_size)
         if progress:
@@ -119,10 +120,11 @@ class BiEncoderPredictor:
                 enc = self.tokenizer(
                     [texts[i] for i in idx], truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
                 )
-                hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-                vectors = torch.nn.functional.normalize(pool(hidden, enc["attention_mask"], self.pooling), dim=-1)
+                ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+                vectors = torch.nn.functional.normalize(pool(hidden, mask, self.pooling).float(), dim=-1).cpu().numpy()
                 for j, i in enumerate(idx):
-                    out[i] = vectors[j].float().numpy()
+                    out[i] = vectors[j]
         return np.stack(out)
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
