@@ -69,7 +69,7 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         "greater_is_better": greater if keep_best else None,
         "logging_steps": t.logging_steps,
         "seed": ctx.recipe.seed,
-        "report_to": "none",
+        "report_to": list(t.report_to) or "none",
         "disable_tqdm": not progress,
         "bf16": precision == "bf16",
         "fp16": precision == "fp16",
@@ -77,6 +77,10 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         "dataloader_pin_memory": torch.cuda.is_available(),
     }
     ctx.manifest["precision"] = precision
+    if "tensorboard" in t.report_to:  # transformers' TensorBoardCallback reads the folder from here
+        import os
+
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(ctx.output_dir / "tensorboard")
     kwargs.update(t.extra)
     return kwargs
 
