@@ -27,6 +27,7 @@ examples:
   nlptasks run recipes/cls.toml --set peft.method=lora  train a LoRA adapter instead
   nlptasks export runs/cls/RUN --merge merged/       merge a lora/ia3 adapter into a full model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
+  nlptasks compare runs/cls/A runs/cls/B             metrics, time, memory and recipe differences
   nlptasks check recipes/ner.toml                    find problems in a recipe's data before training
   nlptasks plugins                                   list plugins, tasks and hooks
 """
@@ -112,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, metavar="T", help="sample with this temperature (default: 0, greedy)")
     g.add_argument("--top-p", type=float, metavar="P", help="with --temperature: nucleus sampling mass (default: 1.0)")
     p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("compare", help="compare finished runs: metrics, time, memory, recipe differences",
+                       description="Print one Markdown table of complete runs side by side: validation and test "
+                                   "metrics, wall time, training samples/s, peak memory, and the recipe keys whose "
+                                   "values differ. Refuses runs without a COMPLETE marker.")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders (runs/<task>/<name>)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("inspect-batch", help="show the tokens a recipe feeds the model, and which are in the loss",
                        description="Run steps 1-4 of a recipe (no model, no training) and print examples token by "
@@ -498,6 +506,13 @@ def _task_of(run_dir: Path) -> str:
         return json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8")).get("task", "?")
     except (OSError, ValueError):
         return "?"
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from nlptasks.engine.report import compare
+
+    print(compare(list(args.runs)))
+    return 0
 
 
 def cmd_inspect_batch(args: argparse.Namespace) -> int:

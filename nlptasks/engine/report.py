@@ -331,3 +331,92 @@ def _usage(manifest: dict[str, Any]) -> list[str]:
         "A LoRA or IA3 adapter merges into a full model with `nlptasks export RUN_DIR --merge OUT`.",
     ]
     return lines
+
+
+# --- nlptasks compare ------------------------------------------------------------------------------
+
+
+def compare(run_dirs: list[Path]) -> str:
+    """One Markdown table of complete runs side by side: each split's metrics, wall time, training
+    samples/s, peak memory, then the recipe keys whose values differ between the runs."""
+    import tomllib
+
+    from nlptasks.engine.runner import COMPLETE, MANIFEST
+    from nlptasks.errors import NlptasksError
+
+    problems = []
+    for path in run_dirs:
+        if not path.is_dir():
+            problems.append(f"{path}: no such folder")
+        elif not (path / COMPLETE).exists():
+            problems.append(f"{path}: not a complete run (no {COMPLETE} marker: still training, or it failed)")
+    if problems:
+        from nlptasks.errors import Problem
+
+        raise NlptasksError(f"cannot compare {len(problems)} of the {len(run_dirs)} runs",
+                            [Problem("", p) for p in problems],
+                            hint="Compare finished runs: folders made by `nlptasks run` that hold a COMPLETE file.")
+    names = _short_names(run_dirs)
+    metrics, manifests, recipes = [], [], []
+    for path in run_dirs:
+        metrics.append(json.loads((path / "metrics.json").read_text(encoding="utf-8")))
+        manifests.append(json.loads((path / MANIFEST).read_text(encoding="utf-8")))
+        recipes.append(_flatten(tomllib.loads((path / "recipe.toml").read_text(encoding="utf-8"))))
+
+    header = "| | " + " | ".join(f"`{n}`" for n in names) + " |"
+    lines = [header, "|---|" + "---:|" * len(names)]
+    lines.append("| task | " + " | ".join(f"`{m.get('task')}`" for m in manifests) + " |")
+    rows: list[str] = []
+    for split in ("validation", "test"):
+        for m in metrics:
+            for k, v in (m.get(split) or {}).items():
+                key = f"{split} {k}"
+                if "/" not in k and k not in _RATE_KEYS and isinstance(v, (int, float)) and key not in rows:
+                    rows.append(key)
+    for key in rows:
+        split, k = key.split(" ", 1)
+        lines.append(f"| {key} | " + " | ".join(_num((m.get(split) or {}).get(k)) for m in metrics) + " |")
+    lines.append("| wall time (s) | " + " | ".join(_one(m.get("seconds")) for m in metrics) + " |")
+    lines.append("| train samples/s | " + " | ".join(
+        _one((m.get("train") or {}).get("samples_per_second")) for m in metrics) + " |")
+    lines.append("| peak RSS (MiB) | " + " | ".join(
+        _one((m.get("resources") or {}).get("peak_rss_mb"), 0) for m in metrics) + " |")
+    if any("cuda_max_allocated_mb" in (m.get("resources") or {}) for m in metrics):
+        lines.append("| CUDA max allocated (MiB) | " + " | ".join(
+            _one((m.get("resources") or {}).get("cuda_max_allocated_mb"), 0) for m in metrics) + " |")
+    ignore = {"output.run_name", "output.dir", "output.overwrite"}
+    keys = sorted({k for r in recipes for k in r} - ignore)
+    differ = [k for k in keys if len({json.dumps(r.get(k), sort_keys=True) for r in recipes}) > 1]
+    if differ:
+        lines += ["", "Recipe differences:", "", header, "|---|" + "---|" * len(names)]
+        for k in differ:
+            lines.append(f"| `{k}` | " + " | ".join(_recipe_value(r.get(k)) for r in recipes) + " |")
+    else:
+        lines += ["", "Recipes: identical (apart from output.*)."]
+    return "\n".join(lines)
+
+
+def _one(value: Any, digits: int = 1) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        elif not (isinstance(v, dict) and not v):
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _recipe_value(value: Any) -> str:
+    return "-" if value is None else f"`{json.dumps(value, ensure_ascii=False)}`"
+
+
+def _short_names(paths: list[Path]) -> list[str]:
+    """The runs' folder names, with their parent (task) folder when names repeat."""
+    names = [p.name for p in paths]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in paths]
