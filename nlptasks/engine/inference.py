@@ -8,7 +8,8 @@ the GPU supports it (``nlptasks infer --precision``); on a CPU they stay fp32.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from nlptasks.errors import NlptasksError
@@ -24,6 +25,19 @@ def set_inference_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise NlptasksError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     _precision = precision
+
+
+@contextlib.contextmanager
+def precision_for_loading(precision: str) -> Iterator[None]:
+    """``with precision_for_loading("fp32"): load_predictor(...)``: the dtype for models loaded
+    inside the block, then back to what it was."""
+    global _precision
+    before = _precision
+    set_inference_precision(precision)
+    try:
+        yield
+    finally:
+        _precision = before
 
 
 def inference_precision(precision: str | None = None) -> tuple[str, str]:
