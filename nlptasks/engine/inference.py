@@ -84,7 +84,11 @@ def predict_logits(
     max_length: int | None = None,
     progress: bool = False,
 ) -> Any:
-    """Logits for ``texts`` (strings, or ``(a, b)`` pairs) as a NumPy array, in input order."""
+    """Logits for ``texts`` (strings, or ``(a, b)`` pairs) as a NumPy array, in input order.
+
+    The inputs are tokenized once, sorted by their number of tokens (so a batch pads to a length
+    close to each of its members'), padded batch by batch, and the logits put back in order.
+    """
     import numpy as np
     import torch
 
@@ -92,10 +96,15 @@ def predict_logits(
         return np.zeros((0, getattr(model.config, "num_labels", 1)), dtype=np.float32)
     model.eval()
     device = next(model.parameters()).device
-    lengths = [len(t) if isinstance(t, str) else len(t[0]) + len(t[1]) for t in texts]
+    if isinstance(texts[0], str):
+        enc = tokenizer(list(texts), truncation=True, max_length=max_length)
+    else:
+        enc = tokenizer([a for a, _ in texts], [b for _, b in texts], truncation=True, max_length=max_length)
+    keys = [k for k in enc.keys() if k in accepted_inputs(model)]
+    lengths = [len(ids) for ids in enc["input_ids"]]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out: list[Any] = [None] * len(texts)
-    batches = range(0, len(order), batch_size)
+    batches: Any = range(0, len(order), batch_size)
     if progress:
         from tqdm.auto import tqdm
 
@@ -103,16 +112,8 @@ def predict_logits(
     with torch.inference_mode():
         for start in batches:
             idx = order[start : start + batch_size]
-            chunk = [texts[i] for i in idx]
-            if isinstance(chunk[0], str):
-                enc = tokenizer(chunk, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-            else:
-                enc = tokenizer(
-                    [a for a, _ in chunk], [b for _, b in chunk],
-                    truncation=True, max_length=max_length, padding=True, return_tensors="pt",
-                )
-            enc = {k: v.to(device) for k, v in enc.items() if k in accepted_inputs(model)}
-            logits = model(**enc).logits.float().cpu().numpy()
+            batch = tokenizer.pad([{k: enc[k][i] for k in keys} for i in idx], return_tensors="pt")
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu().numpy()
             for j, i in enumerate(idx):
                 out[i] = logits[j]
     return np.stack(out)
