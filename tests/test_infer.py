@@ -163,3 +163,32 @@ def test_a_closed_stdout_ends_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_stdin_streams_too(cls_run, cli, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{t}\n" for t in TEXTS * 3)))
+    code, out, err = cli("infer", "--model", cls_run, "--chunk-rows", "4")
+    assert code == 0, err
+    assert [json.loads(line)["text"] for line in out.splitlines()] == TEXTS * 3
+
+
+def test_a_task_format_streams_chunk_by_chunk(tmp_path, cli):
+    """CoNLL in, CoNLL out (ner's own format), read and written in chunks: the same file as in one go."""
+    runs = tmp_path / "runs"
+    argv = ["run", str(RECIPES / "ner.toml"), "--no-progress"]
+    for s in [*TINY, "train.epochs=1", "data.max_train_rows=200", f"output.dir={runs}", "output.run_name=t"]:
+        argv += ["--set", s]
+    code, _, err = cli(*argv)
+    assert code == 0, err
+    rows = [json.loads(line) for line in (RECIPES / "data" / "ner" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
+    src = tmp_path / "in.conll"
+    src.write_text("".join("".join(f"{t}\tO\n" for t in r["tokens"]) + "\n" for r in rows[:25]), encoding="utf-8")
+    code, whole, err = cli("infer", "--model", runs / "ner" / "t", "--file", src)
+    assert code == 0, err
+    out = tmp_path / "out.conll"
+    code, _, err = cli("infer", "--model", runs / "ner" / "t", "--file", src, "--chunk-rows", "4", "--output", out)
+    assert code == 0, err
+    assert out.read_text(encoding="utf-8") == whole
+    sentences = [block for block in whole.split("\n\n") if block.strip()]
+    assert len(sentences) == 25
+    assert [len(s.splitlines()) for s in sentences] == [len(r["tokens"]) for r in rows[:25]]
