@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from nlptasks.errors import DataError, NlptasksError
 
-CHUNK_ROWS = 2048  # even: pair inputs given as lines are taken two at a time
+CHUNK_ROWS = 2048  # even: a predictor may take plain lines two at a time (two texts per input)
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".json"}
 OUTPUT_FORMATS = {"jsonl": "JSON lines, one object per input (default)",
                   "csv": "CSV with a header; nested values (lists, dicts) as JSON"}
@@ -206,7 +206,7 @@ def stream_predictions(
 
 
 def _pairs_of_lines(chunk: list[Any], results: list[Any]) -> bool:
-    """Plain lines may be read two at a time (a pair task): half as many results is right."""
+    """A predictor may take plain lines two at a time (two texts per input): half as many results is right."""
     return all(isinstance(x, str) for x in chunk) and len(results) * 2 == len(chunk)
 
 
