@@ -20,7 +20,7 @@ alternate which goes first; the best timing of each side is reported, every run 
 and look at the load average row.
 
 The plain script's settings are taken from the resolved recipe (seed, batch sizes, learning rate,
-warmup, weight decay, scheduler, sampler, padding, max length, epochs, train rows), so the two
+warmup, weight decay, scheduler, sampler, padding, max length, epochs, train rows, optimizer), so the two
 cannot drift apart. Three things plain_cls.py does not do are switched off in the nlptasks run
 with ``--set`` (the shipped recipe already has them off): evaluation during training
 (``train.eval_strategy=no``), mixed precision (``train.precision=fp32``) and gradient
@@ -100,6 +100,9 @@ def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path,
         raise SystemExit("error: the recipe sets data.max_eval_rows; plain_cls.py evaluates every row")
     if t.max_steps is not None:
         raise SystemExit("error: the recipe sets train.max_steps; plain_cls.py trains by epochs only")
+    changed = [k for k, v in r.optimize.model_dump().items() if k != "optimizer" and v != type(r.optimize)().model_dump()[k]]
+    if changed:
+        raise SystemExit(f"error: the recipe sets optimize.{', optimize.'.join(changed)}; plain_cls.py cannot mirror it")
     if t.extra:
         raise SystemExit(f"error: the recipe sets train.extra ({', '.join(t.extra)}); plain_cls.py cannot mirror it")
     data = args.data_dir.resolve()
@@ -120,6 +123,7 @@ def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path,
         "--max-length", str(r.model.max_length),
         "--padding", t.padding,
         "--seed", str(r.seed),
+        "--optim", r.optimize.optimizer,
         "--disable-tqdm",
         "--output-dir", str(work / "plain_trainer"),
         "--out", str(out),

@@ -353,7 +353,8 @@ def nlptasks_report(ctx: RunContext, trainer: Trainer, data: DatasetDict, metric
     **When:** by ``nlptasks run``, after step 9 and after the model is saved, before the run is
     marked complete.  The engine writes the generic parts of the card itself (task, base model,
     data and row counts, the metrics table, ``training_curves.png``, the recipe, how to load the
-    run); this hook adds what only the task knows.
+    run); this hook adds what only the task knows.  Not called in a distributed run (more than one
+    process): rank 0 writes the card alone, and a hook's ``trainer.predict`` would wait for the others.
 
     :param ctx: the run context; write any files (PNGs) into ``ctx.output_dir`` and link them by
         their bare name from the Markdown.

@@ -32,6 +32,7 @@ __all__ = [
     "DataConfig",
     "LoadedRecipe",
     "ModelConfig",
+    "OptimizeConfig",
     "OutputConfig",
     "PeftConfig",
     "Recipe",
@@ -322,6 +323,76 @@ class TrainConfig(Section):
         return self
 
 
+OptimizerName = Literal["adamw_torch", "adamw_torch_fused", "adafactor", "adamw_8bit"]
+
+# [optimize] values that need a CUDA GPU (checked at run start, see nlptasks.engine.optimize).
+CUDA_ONLY_OPTIMIZERS = ("adamw_8bit",)
+
+
+class OptimizeConfig(Section):
+    """Memory and speed options, mapped onto transformers' own features (docs/optimize.md).
+
+    The memory ladder also uses ``train.batch_size``, ``train.gradient_accumulation_steps``,
+    ``model.max_length``, ``train.precision`` and ``[peft]`` (LoRA, QLoRA).
+    """
+
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute activations in the backward pass instead of keeping them (less memory, ~30% "
+        "slower); TrainingArguments.gradient_checkpointing, with the model's use_cache turned off.",
+    )
+    optimizer: OptimizerName = Field(
+        "adamw_torch",
+        description="TrainingArguments.optim: 'adamw_torch', 'adamw_torch_fused' (one fused kernel), 'adafactor' "
+        "(factored second moments, less memory), 'adamw_8bit' (bitsandbytes 8-bit states; CUDA GPU only).",
+    )
+    freeze_embeddings: bool = Field(
+        False, description="Freeze the embedding layer(s): they get no gradients and are left out of the optimizer."
+    )
+    freeze_layers: int = Field(
+        0,
+        ge=0,
+        description="Freeze the first N transformer layers (N >= the layer count freezes the whole body: only the "
+        "head trains).",
+    )
+    freeze: list[str] = Field(
+        default_factory=list,
+        description="Regular expressions on parameter names (re.search) to freeze as well, e.g. ['pooler'].",
+    )
+    tf32: bool = Field(
+        False, description="TensorFloat-32 matrix products on Ampere or newer GPUs (TrainingArguments.tf32; CUDA GPU only)."
+    )
+    attention: Literal["auto", "sdpa", "eager"] = Field(
+        "auto",
+        description="Attention implementation (the model's attn_implementation): 'auto' (transformers' choice, "
+        "SDPA where the architecture has it), 'sdpa' (torch scaled_dot_product_attention), 'eager' (plain matmuls).",
+    )
+    compile: bool = Field(
+        False, description="Compile the model with torch.compile (TrainingArguments.torch_compile); slow first steps."
+    )
+    oom_fallback: bool = Field(
+        True,
+        description="CUDA GPU only (no effect on CPU): on out-of-memory halve train.batch_size and double "
+        "gradient_accumulation_steps (same effective batch), retry, and record it in the run's nlptasks.json.",
+    )
+
+    @field_validator("freeze")
+    @classmethod
+    def _patterns_compile(cls, value: list[str]) -> list[str]:
+        import re
+
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return value
+
+    def freezes(self) -> bool:
+        """Whether any freezing option is set."""
+        return self.freeze_embeddings or self.freeze_layers > 0 or bool(self.freeze)
+
+
 class OutputConfig(Section):
     """Where the run goes: ``<dir>/<task>/<run_name>/``."""
 
@@ -343,6 +414,11 @@ class Recipe(Section):
     model: ModelConfig = Field(description="The model: pretrained or from scratch (see [model]).")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training settings (see [train]).")
     output: OutputConfig = Field(default_factory=OutputConfig, description="Where the run is saved (see [output]).")
+    optimize: OptimizeConfig = Field(
+        default_factory=OptimizeConfig,
+        description="Memory and speed options: checkpointing, optimizer, freezing, attention (see [optimize], "
+        "docs/optimize.md).",
+    )
     peft: PeftConfig | None = Field(
         None, description="Train an adapter on a frozen base instead of the whole model (see [peft], docs/peft.md)."
     )
@@ -538,6 +614,7 @@ def load_recipe(
                 problems += problems_from(exc, prefix="options", root=spec.options)
 
     problems += _peft_problems(raw, spec, options)
+    problems += _optimize_problems(raw)
 
     if recipe is not None:
         _resolve_paths(recipe, base, overridden)
@@ -634,6 +711,27 @@ def _peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseMode
             )
         )
     return problems
+
+
+FREEZE_KEYS = ("freeze_embeddings", "freeze_layers", "freeze")
+
+
+def _optimize_problems(raw: dict[str, Any]) -> list[Problem]:
+    """``[optimize]`` checks across tables: freezing and ``[peft]`` do not mix (PEFT freezes the
+    whole base already; which weights an adapter touches is ``peft.target_modules``)."""
+    section = raw.get("optimize")
+    if not isinstance(section, dict) or not isinstance(raw.get("peft"), dict):
+        return []
+    return [
+        Problem(
+            f"optimize.{key}",
+            "freezing does not combine with [peft]: PEFT already freezes the whole base and trains only the "
+            "adapter (choose the adapted modules with peft.target_modules); remove this key, or train the whole model "
+            "with --set peft.method=none",
+        )
+        for key in FREEZE_KEYS
+        if section.get(key) not in (None, False, 0, [])
+    ]
 
 
 def _resolve_paths(recipe: Recipe, base: Path, overridden: set[str]) -> None:

@@ -610,7 +610,12 @@ def gen_cli() -> str:
         "`--help` output.",
         "",
     ]
-    commands = [("nlptasks", parser), *((f"nlptasks {n}", p) for n, p in subparsers(parser))]
+    def nested(prefix: str, p: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+        yield prefix, p
+        for n, sub in subparsers(p):  # commands with commands of their own: `nlptasks bench ladder`
+            yield from nested(f"{prefix} {n}", sub)
+
+    commands = list(nested("nlptasks", parser))
     for title, p in commands:
         out.append(f"- [`{title}`]({_anchor(title)})")
     out += [f"- [Exit codes]({_anchor('Exit codes')})", f"- [Environment variables]({_anchor('Environment variables')})", ""]

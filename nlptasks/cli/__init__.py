@@ -29,6 +29,8 @@ examples:
   nlptasks validate recipes/cls.toml                 check a recipe without running it
   nlptasks compare runs/cls/A runs/cls/B             metrics, time, memory and recipe differences
   nlptasks check recipes/ner.toml                    find problems in a recipe's data before training
+  nlptasks plan recipes/cls.toml --gpu-mem 24GiB     estimate memory per ladder rung; pick one that fits
+  nlptasks bench ladder recipes/cls.toml --steps 5   measure memory and speed of every ladder rung
   nlptasks plugins                                   list plugins, tasks and hooks
 """
 
@@ -52,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key, e.g. --set train.learning_rate=3e-5 (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--nproc", type=int, metavar="N",
+                   help="train on N processes (one per GPU, or CPU processes with gloo): starts "
+                        "`python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks run ...` "
+                        "(docs/optimize.md#distributed)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a recipe without running it",
@@ -149,6 +155,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapter", metavar="NAME", help="the adapter to merge (default: the run's own)")
     p.set_defaults(func=cmd_export)
 
+    p = sub.add_parser("plan", help="estimate peak training memory for each rung of the memory ladder",
+                       description="Estimate peak training memory (weights, gradients, optimizer states, "
+                                   "activations) of a recipe for each rung of the memory ladder: baseline, "
+                                   "gradient accumulation, gradient checkpointing, Adafactor (8-bit AdamW on CUDA), "
+                                   "frozen body, shorter max length, LoRA, QLoRA. The model is built on the meta "
+                                   "device (exact parameter counts, no weights loaded). See docs/plan.md.")
+    p.add_argument("recipe", help="recipe file (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (repeatable)")
+    p.add_argument("--gpu-mem", metavar="SIZE",
+                   help="a memory budget, e.g. 24GiB: name the first rung (the fastest) whose estimate fits, "
+                        "with the largest micro-batch that keeps the effective batch")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="estimate for this device (default: this machine's); cuda means bf16 autocast with "
+                        "train.precision=auto, boolean dropout masks and fused attention")
+    p.add_argument("--probe", action="store_true",
+                   help="also run a few real training steps per rung (each in a fresh process) and print the "
+                        "measured peak beside the estimate: CUDA max allocated, or on CPU the peak RSS")
+    p.add_argument("--steps", type=int, default=3, metavar="N", help="with --probe: steps per rung (default: 3)")
+    p.add_argument("--rungs", metavar="NAMES", help="only these rungs, comma-separated (e.g. baseline,lora)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("bench", help="benchmarks: `bench ladder RECIPE` runs every rung of the memory ladder",
+                       description="Benchmarks that run the engine for real.")
+    bench = p.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
+    b = bench.add_parser("ladder", help="train N steps per rung of the memory ladder; peak memory and speed",
+                         description="Train N steps of the recipe for each rung of the memory ladder (each in a "
+                                     "fresh process, inputs padded to model.max_length) and print the strategy, "
+                                     "what it targets, the measured peak memory (CUDA max allocated, or on CPU the "
+                                     "peak RSS), seconds per step and samples per second. See docs/plan.md.")
+    b.add_argument("recipe", help="recipe file (TOML)")
+    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (repeatable)")
+    b.add_argument("--steps", type=int, default=10, metavar="N", help="optimizer steps per rung (default: 10)")
+    b.add_argument("--rungs", metavar="NAMES", help="only these rungs, comma-separated (e.g. baseline,accumulation)")
+    b.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per rung (default: 600)")
+    b.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
+    b.set_defaults(func=cmd_bench_ladder)
+
     p = sub.add_parser("plugins", help="list installed plugins, their tasks and hooks",
                        description="List installed plugins, the tasks they provide and the hooks they implement.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -206,6 +252,7 @@ def _silence_stdout() -> None:
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for `run --nproc`, which starts itself again
     if args.command is None:
         parser.print_help()
         return 0
@@ -268,16 +315,42 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from nlptasks.recipe import load_recipe
 
-    loaded = load_recipe(args.recipe, args.overrides)
-    _print_notes(loaded)
+    loaded = load_recipe(args.recipe, args.overrides)  # errors show before any process starts
+    if args.nproc is not None:
+        return _launch(args.nproc, args.argv)
+    from nlptasks.engine.distributed import is_main
+
+    main = is_main()
+    if main:
+        _print_notes(loaded)
+    else:  # the other ranks of a distributed run: no notes, logs, bars or table
+        logging.getLogger("nlptasks").setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from nlptasks.engine.runner import run
 
-    result = run(loaded, progress=not args.no_progress)
+    result = run(loaded, progress=not args.no_progress and main)
+    if not main:
+        return 0
     print(format_metrics(result.metrics))
     print(f"\nmodel saved to {_display(result.output_dir)} ({result.seconds:.0f} s)")
     print(f"try: nlptasks infer --model {_display(result.output_dir)} \"...\"")
     return 0
+
+
+def _launch(nproc: int, argv: list[str]) -> int:
+    """``nlptasks run --nproc N``: the same command again under torchrun, without ``--nproc``."""
+    import subprocess
+
+    from nlptasks.engine.distributed import torchrun_command
+    from nlptasks.errors import NlptasksError
+
+    if nproc < 1:
+        raise NlptasksError(f"--nproc: {nproc} processes; give 1 or more")
+    if "WORLD_SIZE" in os.environ:
+        raise NlptasksError("--nproc: already inside a distributed launcher (WORLD_SIZE is set); drop --nproc")
+    command = torchrun_command(nproc, argv)
+    print("launch: " + " ".join(command[1:]), file=sys.stderr)
+    return subprocess.call(command)
 
 
 def _display(path: Path) -> str:
@@ -563,6 +636,139 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"same predictions on {check['inputs']} stored inputs (largest difference {check['max_abs_diff']:.1e})"
     )
     print(f"try: nlptasks infer --model {_display(args.merge)} \"...\"")
+    return 0
+
+
+def _ladder_plan(args: argparse.Namespace, device: str | None) -> Any:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from nlptasks.engine.plan import make_plan
+
+    rungs = [r.strip() for r in args.rungs.split(",") if r.strip()] if getattr(args, "rungs", None) else None
+    plan = make_plan(args.recipe, args.overrides, device=device, rungs=rungs)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return plan
+
+
+def _measure_rungs(args: argparse.Namespace, plan: Any, steps: int, timeout: float) -> dict[str, dict[str, Any]]:
+    from nlptasks.engine.probe import measure
+
+    measured: dict[str, dict[str, Any]] = {}
+    for row in plan.rows:
+        name = row.rung.name
+        if row.needs or row.estimate is None:
+            measured[name] = {"skipped": row.needs or "not estimated"}
+            continue
+        logging.getLogger("nlptasks").info("measuring rung %s (%d steps)", name, steps)
+        measured[name] = measure(args.recipe, [*args.overrides, *row.rung.overrides], steps, timeout=timeout)
+        if "error" in measured[name]:
+            measured[name]["skipped"] = measured[name]["error"]
+    return measured
+
+
+def _measure_label(measured: dict[str, dict[str, Any]]) -> str:
+    kinds = {m.get("measure", "") for m in measured.values() if m.get("peak") is not None}
+    if any(k.startswith("cuda") for k in kinds):
+        return "measured (CUDA max allocated)"
+    return "measured (CPU peak RSS, not GPU memory)"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from nlptasks.errors import NlptasksError
+
+    if args.steps < 1:
+        raise NlptasksError("--steps must be at least 1")
+    budget = None
+    if args.gpu_mem:
+        from nlptasks.engine.plan import parse_size
+
+        budget = parse_size(args.gpu_mem)
+    device = None if args.device == "auto" else args.device
+    if args.probe and device is not None:
+        import torch
+
+        here = "cuda" if torch.cuda.is_available() else "cpu"
+        if device != here:
+            raise NlptasksError(f"--probe measures on this machine ({here}); leave out --device {device} or --probe")
+    plan = _ladder_plan(args, device)
+    measured = _measure_rungs(args, plan, args.steps, 600.0) if args.probe else None
+    from nlptasks.engine.plan import choose, human, plan_text
+
+    choice = choose(plan, budget) if budget is not None else None
+    if args.json:
+        payload = plan.to_json()
+        if measured is not None:
+            for rung in payload["rungs"]:
+                rung["measured"] = measured.get(rung["name"])
+        if budget is not None:
+            payload["budget"] = budget
+            payload["choice"] = (
+                {"rung": choice.row.rung.name, "micro_batch": choice.micro_batch, "accumulation": choice.accumulation,
+                 "estimate": choice.estimate.to_json(), "overrides": choice.overrides()}
+                if choice else None
+            )
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        return 0
+    print(f"plan {args.recipe}: {plan.model_class}, effective batch {plan.effective_batch}, estimated for {plan.device}")
+    print(plan_text(plan, measured, _measure_label(measured) if measured is not None else ""))
+    if measured is not None and not any(k.startswith("cuda") for k in (m.get("measure", "") for m in measured.values())):
+        print("measured on CPU: peak resident memory from model building to the end of training, minus the "
+              "resident memory before it; it includes allocator and library overhead and is not GPU memory")
+    if budget is not None:
+        if choice is None:
+            smallest = min((r.estimate.total for r in plan.rows if r.estimate and not r.needs), default=None)
+            print(f"\nno rung fits {human(budget)} on {plan.device} (smallest estimate {human(smallest)})")
+            return 1
+        sets = " ".join(f"--set {o}" for o in choice.overrides())
+        print(f"\nfits {human(budget)}: {choice.row.rung.label.lstrip('+ ')} with micro-batch {choice.micro_batch} x "
+              f"accumulation {choice.accumulation} (estimate {human(choice.estimate.total)})"
+              + (f"; note: {choice.row.rung.changes}" if choice.row.rung.changes else ""))
+        print(f"run: nlptasks run {args.recipe} {sets}".rstrip())
+    return 0
+
+
+def cmd_bench_ladder(args: argparse.Namespace) -> int:
+    from nlptasks.errors import NlptasksError
+
+    if args.steps < 1:
+        raise NlptasksError("--steps must be at least 1")
+    plan = _ladder_plan(args, None)
+    measured = _measure_rungs(args, plan, args.steps, args.timeout)
+    from nlptasks.engine.plan import human, table
+
+    rows, records = [], []
+    for row in plan.rows:
+        r, m = row.rung, measured.get(row.rung.name, {})
+        effective = r.micro_batch * r.accumulation
+        sps = m.get("seconds_per_step")
+        rows_per_epoch = m.get("train_rows")
+        epoch = -(-rows_per_epoch // effective) * sps if sps and rows_per_epoch else None
+        record = {
+            "rung": r.name, "strategy": r.label, "targets": r.targets, "micro_batch": r.micro_batch,
+            "accumulation": r.accumulation, "peak": m.get("peak"), "measure": m.get("measure"),
+            "estimate": row.estimate.total if row.estimate else None, "seconds_per_step": sps,
+            "samples_per_second": effective / sps if sps else None, "epoch_seconds": epoch,
+            "train_rows": rows_per_epoch, "steps": m.get("steps"), "skipped": m.get("skipped"),
+            "overrides": list(r.overrides),
+        }
+        records.append(record)
+        if m.get("peak") is None:
+            rows.append([r.label, r.targets, f"{r.micro_batch}x{r.accumulation}", "-", human(record["estimate"]), "-", "-",
+                         "-", f"skipped: {m.get('skipped', '-')}"])
+            continue
+        rows.append([r.label, r.targets, f"{r.micro_batch}x{r.accumulation}", human(m["peak"]), human(record["estimate"]),
+                     f"{sps:.3f}" if sps else "-", f"{record['samples_per_second']:.1f}" if sps else "-",
+                     f"{epoch:.0f}" if epoch else "-", r.changes])
+    if args.json:
+        print(json.dumps({"recipe": args.recipe, "device": plan.device, "model_class": plan.model_class,
+                          "steps": args.steps, "rungs": records}, ensure_ascii=False, indent=2))
+        return 0
+    label = _measure_label(measured)
+    print(f"bench ladder {args.recipe}: {plan.model_class}, effective batch {plan.effective_batch}, "
+          f"{args.steps} steps per rung on {plan.device}, inputs padded to model.max_length")
+    print(table(["strategy", "targets", "batch", f"peak {label.removeprefix('measured ')}", "estimate",
+                 "s/step", "samples/s", "s/epoch", "note"], rows, right={2, 3, 4, 5, 6, 7}))
+    print("s/epoch: seconds per step x optimizer steps in one epoch of the training rows (as the classic table's time)")
     return 0
 
 

@@ -54,8 +54,8 @@ _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: bool | None = None) -> list[Problem]:
-    """Recipe keys this machine cannot honour: half precision and quantization need CUDA, and
-    quantization needs bitsandbytes.  Checked at run start, before any model is loaded.
+    """Recipe keys this machine cannot honour: half precision, quantization, the 8-bit optimizer
+    and tf32 need CUDA, and quantization and the 8-bit optimizer need bitsandbytes.  Checked at run start, before any model is loaded.
 
     :param cuda: whether a CUDA GPU is present (default: ask torch).
     :param bitsandbytes: whether bitsandbytes is installed (default: look for it).
@@ -73,6 +73,29 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
     if dtype != "fp32" and not cuda:
         problems.append(
             Problem("model.dtype", f"{dtype!r} (half precision) needs a CUDA GPU; this machine has none (use \"fp32\")")
+        )
+    opt = recipe.optimize
+    if opt.optimizer == "adamw_8bit" and not (cuda and bitsandbytes):
+        need = [w for w, ok in (("a CUDA GPU (this machine has none)", cuda), (
+            "the bitsandbytes package (not installed: pip install bitsandbytes)", bitsandbytes)) if not ok]
+        problems.append(
+            Problem(
+                "optimize.optimizer",
+                f"'adamw_8bit' keeps 8-bit optimizer states with bitsandbytes, which needs {' and '.join(need)}; "
+                "on this machine use one of: 'adamw_torch', 'adamw_torch_fused', 'adafactor'",
+            )
+        )
+    if recipe.train.extra.get("fsdp") and not cuda:
+        problems.append(
+            Problem(
+                "train.extra.fsdp",
+                "FSDP needs CUDA GPUs: on CPU processes accelerate leaves it out and trains with plain DDP; "
+                "remove fsdp here (and run with --nproc N for DDP)",
+            )
+        )
+    if opt.tf32 and not cuda:
+        problems.append(
+            Problem("optimize.tf32", "true needs a CUDA GPU (Ampere or newer); this machine has none (use false)")
         )
     peft = recipe.peft
     if peft is not None and peft.quantization != "none":
@@ -96,6 +119,15 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
     return problems
 
 
+_CPU_VALUES = {
+    "model.dtype": "fp32",
+    "peft.quantization": "none",
+    "optimize.optimizer": "adamw_torch",
+    "optimize.tf32": "false",
+    "train.extra.fsdp": "false",
+}
+
+
 def check_machine(recipe: Recipe, source: str = "recipe") -> None:
     """Raise a :class:`RecipeError` naming the keys this machine cannot honour (see :func:`machine_problems`)."""
     problems = machine_problems(recipe)
@@ -103,8 +135,9 @@ def check_machine(recipe: Recipe, source: str = "recipe") -> None:
         raise RecipeError(
             source,
             problems,
-            hint="Half precision and 4/8-bit loading run on a CUDA GPU only (docs/peft.md); on this machine: "
-            "--set model.dtype=fp32 --set peft.quantization=none",
+            hint="Half precision, 4/8-bit loading, 8-bit optimizers and tf32 run on a CUDA GPU only (docs/peft.md, "
+            "docs/optimize.md); on this machine: "
+            + " ".join(dict.fromkeys(f"--set {p.where}={_CPU_VALUES[p.where]}" for p in problems if p.where in _CPU_VALUES)),
         )
 
 
@@ -217,15 +250,20 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     out = ctx.output_dir
     base_dir = out / BASE_DIR
     model_cfg = ctx.recipe.model
+    from nlptasks.engine.distributed import is_main
+
+    main = is_main()  # in a distributed run only rank 0 writes the run folder
     if model_cfg.name_or_path is None:
-        model.save_pretrained(str(base_dir))
+        if main:
+            model.save_pretrained(str(base_dir))
         base: dict[str, Any] = {
             "kind": "scratch",
             "path": BASE_DIR,
-            "sha256": file_sha256(base_dir / "model.safetensors"),
+            "sha256": file_sha256(base_dir / "model.safetensors") if main else None,
         }
     else:
-        model.config.save_pretrained(str(base_dir))
+        if main:
+            model.config.save_pretrained(str(base_dir))
         base = {"kind": "pretrained", "name_or_path": model_cfg.name_or_path, "revision": model_cfg.revision, "config": BASE_DIR}
     base["dtype"] = model_cfg.dtype
     if cfg.quantization != "none":
@@ -247,7 +285,8 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         ) from None
     trainable, total = model.get_nb_trainable_parameters()
     ctx.log.info("peft %s (%s): %s", cfg.method, task_type, parameter_line(trainable, total))
-    write_check_inputs(out / CHECK_FILE, data)
+    if main:
+        write_check_inputs(out / CHECK_FILE, data)
     ctx.manifest["peft"] = {
         "method": cfg.method,
         "task_type": task_type,

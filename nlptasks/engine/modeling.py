@@ -1,4 +1,9 @@
-"""Step 5, generic part: load a pretrained model or build one from a config ("from scratch")."""
+"""Step 5, generic part: load a pretrained model or build one from a config ("from scratch").
+
+With ``ctx.state[ON_META]`` set (``nlptasks plan`` does this), :func:`load_model` builds the same
+model on PyTorch's ``meta`` device instead: every parameter has its exact shape and dtype but no
+storage, and a pretrained model is built from its ``config.json`` alone (no weights are read).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,9 @@ from nlptasks.errors import NlptasksError, Problem, RecipeError
 
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
+
+ON_META = "nlptasks.build_on_meta"
+"""``ctx.state`` key: when true, step 5 builds the model on the meta device (shapes, no weights)."""
 
 
 def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
@@ -24,7 +32,9 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     from nlptasks.engine.adapters import from_pretrained_kwargs
 
     model_cfg = ctx.recipe.model
-    if model_cfg.name_or_path:
+    if ctx.state.get(ON_META):
+        model = _build_on_meta(ctx, cls, auto_class, **config)
+    elif model_cfg.name_or_path:
         try:
             model = cls.from_pretrained(
                 model_cfg.name_or_path,
@@ -49,6 +59,35 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     ctx.log.info("model: %s, %s parameters (%s trainable)", type(model).__name__, f"{total:,}", f"{trainable:,}")
     ctx.manifest.setdefault("model_class", type(model).__name__)
+    return model
+
+
+def _build_on_meta(ctx: RunContext, cls: Any, auto_class: str, **config: Any) -> Any:
+    """The model :func:`load_model` would give, on the meta device: a pretrained model from its
+    config alone (a local folder's config.json, or the hub's when online), no weights loaded."""
+    import torch
+
+    model_cfg = ctx.recipe.model
+    with torch.device("meta"):
+        if model_cfg.scratch is not None:
+            model = build_from_scratch(ctx, cls, **config)
+        else:
+            from transformers import AutoConfig
+
+            try:
+                cfg = AutoConfig.from_pretrained(
+                    model_cfg.name_or_path, revision=model_cfg.revision,
+                    trust_remote_code=model_cfg.trust_remote_code, **config,
+                )
+                model = cls.from_config(cfg, trust_remote_code=model_cfg.trust_remote_code)
+            except Exception as exc:  # noqa: BLE001 - offline, typo, wrong architecture
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise NlptasksError(
+                    f"model.name_or_path: cannot read the config of {model_cfg.name_or_path!r} for {auto_class}: {first}",
+                    hint="A hub id needs internet (or a filled cache); a local folder needs its config.json.",
+                ) from None
+    if model_cfg.dtype != "fp32":
+        model = model.to({"bf16": torch.bfloat16, "fp16": torch.float16}[model_cfg.dtype])
     return model
 
 

@@ -82,21 +82,27 @@ def run(
     """Run a recipe through the ten steps and save the run; return its directory and metrics."""
     host = host or get_host()
     loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
+    from nlptasks.engine import distributed
     from nlptasks.engine.adapters import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
     started = time.perf_counter()
-    output_dir = run_dir_for(loaded)
+    output_dir = distributed.on_main(lambda: run_dir_for(loaded))  # one name for every rank
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=output_dir)
     hooks = host.hooks_for(loaded.task)
+    if not distributed.is_main():
+        import logging
+
+        logging.getLogger("nlptasks").setLevel(logging.WARNING)  # rank 0 logs for the run
     ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
+    if distributed.world_size() > 1:
+        ctx.manifest["distributed"] = {"world_size": distributed.world_size(), "backend": distributed.backend()}
+        ctx.log.info("distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend())
 
     with _library_progress_bars(progress):
         metrics, trainer, data = _steps(ctx, hooks, loaded, progress)
         seconds = time.perf_counter() - started
-        save_run(ctx, host, trainer, metrics, seconds, loaded)
-        write_report(ctx, hooks, trainer, data, loaded)
-        (output_dir / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
+        save_run(ctx, host, trainer, metrics, seconds, loaded, hooks, data)
     return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds)
 
 
@@ -121,12 +127,15 @@ def _library_progress_bars(enabled: bool) -> Iterator[None]:
 
 def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any, Any]:
     """Steps 1 to 9; returns the metrics, the trainer (whose model is saved) and the tokenized data."""
+    from nlptasks.engine.distributed import is_main, world_size
+
     output_dir = ctx.output_dir
     hooks.nlptasks_setup(ctx=ctx)  # 1
-    (output_dir / "recipe.toml").write_text(
-        dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml"),
-        encoding="utf-8",
-    )
+    if is_main():
+        (output_dir / "recipe.toml").write_text(
+            dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml"),
+            encoding="utf-8",
+        )
     raw = hooks.nlptasks_load_data(ctx=ctx)  # 2
     data = hooks.nlptasks_split(ctx=ctx, data=raw)  # 3
     ctx.manifest["data"] = {"sources": dict(ctx.sources), "rows": {split: len(ds) for split, ds in data.items()}}
@@ -135,6 +144,9 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     if "train" not in data or len(data["train"]) == 0:
         raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
+    from nlptasks.engine.optimize import prepare_model, train_with_oom_fallback
+
+    model = prepare_model(ctx, model)  # [optimize]: attention, freezing
     if loaded.recipe.peft is not None:  # the adapter goes on the model step 5 built
         from nlptasks.engine.adapters import apply_peft
 
@@ -145,21 +157,37 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
 
     has_validation = "validation" in data and len(data["validation"]) > 0
     kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
-    args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=kwargs)  # 7
-    collator = hooks.nlptasks_data_collator(ctx=ctx)  # 8
-    trainer = hooks.nlptasks_trainer(
-        ctx=ctx, model=model, args=args, data=data, data_collator=collator, compute_metrics=compute_metrics
+    collators: list[Any] = []
+
+    def build(kwargs: dict[str, Any]) -> Any:  # steps 7, 8 and 8b (7 and 8b again after an OOM fallback)
+        args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=dict(kwargs))  # 7
+        if not collators:
+            collators.append(hooks.nlptasks_data_collator(ctx=ctx))  # 8
+        trainer = hooks.nlptasks_trainer(  # 8b
+            ctx=ctx, model=model, args=args, data=data, data_collator=collators[0], compute_metrics=compute_metrics
+        )
+        use_readable_logs(trainer, ctx, progress)
+        return trainer
+
+    metrics, trainer = train_with_oom_fallback(  # 9
+        ctx, build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data), kwargs, world_size()
     )
-    use_readable_logs(trainer, ctx, progress)
-    metrics = hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data)  # 9
     return metrics, trainer, data
 
 
 def save_run(
-    ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe
+    ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe,
+    hooks: Any = None, data: Any = None,
 ) -> None:
+    """Save the model and the run's files; with ``hooks`` (and the tokenized ``data``) also the
+    report (:func:`write_report`); ``COMPLETE`` last."""
+    from nlptasks.engine.distributed import barrier, is_main
+
     out = ctx.output_dir
     trainer.save_model(str(out))  # model (safetensors) and, through processing_class, the tokenizer
+    if not is_main():  # every rank takes part in saving the model (FSDP, DeepSpeed); rank 0 writes the rest
+        barrier()
+        return
     if ctx.tokenizer is not None:
         ctx.tokenizer.save_pretrained(str(out))
     if ctx.labels is not None:
@@ -172,6 +200,10 @@ def save_run(
     write_json(out / MANIFEST, manifest_for(ctx, host, loaded))
     if not loaded.recipe.output.keep_checkpoints and ctx.checkpoints_dir.exists():
         shutil.rmtree(ctx.checkpoints_dir)
+    if hooks is not None:
+        write_report(ctx, hooks, trainer, data, loaded)
+    (out / COMPLETE).write_text(_dt.datetime.now().isoformat(timespec="seconds") + "\n", encoding="utf-8")
+    barrier()
 
 
 def write_report(ctx: RunContext, hooks: Any, trainer: Any, data: Any, loaded: LoadedRecipe) -> None:
@@ -184,8 +216,14 @@ def write_report(ctx: RunContext, hooks: Any, trainer: Any, data: Any, loaded: L
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     history = json.loads((out / report.LOG_HISTORY).read_text(encoding="utf-8"))
     curves = report.write_curves(history, out / report.CURVES, ctx.task.best_metric_for(ctx.options))
-    sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data, metrics=metrics)
-                for s in (result or [])]
+    from nlptasks.engine.distributed import world_size
+
+    sections = []
+    if world_size() == 1:  # a hook may call trainer.predict, a collective step that rank 0 cannot take alone
+        sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data, metrics=metrics)
+                    for s in (result or [])]
+    else:
+        ctx.log.info("distributed run: the model card leaves out the task's own sections (nlptasks_report)")
     card = report.model_card(out, manifest, metrics, (out / "recipe.toml").read_text(encoding="utf-8"),
                              loaded.recipe.description, sections, curves)
     (out / report.CARD).write_text(card, encoding="utf-8")

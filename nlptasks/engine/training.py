@@ -76,11 +76,25 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         "train_sampling_strategy": "group_by_length" if t.group_by_length else "random",
         "dataloader_pin_memory": torch.cuda.is_available(),
     }
+    from nlptasks.engine.distributed import world_size
+
+    if not torch.cuda.is_available() and (world_size() > 1 or precision == "bf16"):
+        # bf16 autocast on the CPU, and DDP of CPU processes (accelerate then makes them one gloo group)
+        kwargs["use_cpu"] = True
+    if world_size() > 1:
+        # Trainer multiplies each rank's loss by the number of processes when the model's forward takes
+        # **kwargs, assuming it divides by the token count of all ranks; models whose loss is a plain mean
+        # (sequence classification) then report, and train on, the loss times the world size.  Per-rank
+        # means, averaged by DDP, are right for every model.
+        kwargs["average_tokens_across_devices"] = False
     ctx.manifest["precision"] = precision
     if "tensorboard" in t.report_to:  # transformers' TensorBoardCallback reads the folder from here
         import os
 
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(ctx.output_dir / "tensorboard")
+    from nlptasks.engine.optimize import optimize_kwargs
+
+    kwargs.update(optimize_kwargs(ctx.recipe.optimize, t.extra))
     kwargs.update(t.extra)
     return kwargs
 
@@ -99,6 +113,15 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
                 for k in unknown
             ],
         )
+    if kwargs.get("deepspeed"):
+        import importlib.util
+
+        if importlib.util.find_spec("deepspeed") is None:
+            raise RecipeError(
+                "recipe",
+                [Problem("train.extra.deepspeed", "needs the deepspeed package (not installed: pip install deepspeed)")],
+                hint="DeepSpeed and FSDP: docs/optimize.md#fsdp-and-deepspeed.",
+            )
     try:
         return TrainingArguments(**kwargs)
     except (ValueError, TypeError) as exc:
@@ -206,6 +229,7 @@ def train_and_evaluate(ctx: RunContext, trainer: Any, data: Any) -> dict[str, An
     result = trainer.train()
     metrics: dict[str, Any] = {"train": _strip(dict(result.metrics), "train")}
     state = trainer.state
+    metrics["train"]["steps"] = state.global_step  # optimizer steps (micro-batches / accumulation)
     if state.best_model_checkpoint:
         metrics["train"]["best_step"] = int(state.best_model_checkpoint.rstrip("/").rsplit("-", 1)[-1])
     for split, prefix in (("validation", "eval"), ("test", "test")):

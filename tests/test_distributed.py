@@ -1,0 +1,139 @@
+"""DDP with 2 CPU processes (gloo): `nlptasks run` under torchrun, and `run --nproc 2`.
+
+The worker (tests/distributed_worker.py) runs the engine with a plugin that records, per rank,
+the training rows each micro-batch held and how many validation rows the metrics saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, ROOT, TINY
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+SETS = [*TINY, "train.epochs=1", "data.max_train_rows=96", "data.max_eval_rows=40", "train.batch_size=8",
+        "train.group_by_length=false"]
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".pp"), env.get("PYTHONPATH", "")])
+    return env
+
+
+def _sets(*extra: str) -> list[str]:
+    out: list[str] = []
+    for s in [*SETS, *extra]:
+        out += ["--set", s]
+    return out
+
+
+def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str) -> list[dict]:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    command = [*(launcher if nproc > 1 else [sys.executable]), str(WORKER), str(RECIPES / "cls.toml"), str(out),
+               *_sets(f"output.dir={runs}", f"output.run_name={name}", *extra)]
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]
+
+
+def test_two_ranks_train_on_disjoint_shards_and_evaluate_everything(tmp_path):
+    single = _worker(1, tmp_path / "w1", tmp_path / "runs", "single")[0]
+    ranks = _worker(2, tmp_path / "w2", tmp_path / "runs", "ddp")
+
+    # one run directory for both ranks, written once
+    assert ranks[0]["run_dir"] == ranks[1]["run_dir"] == str(tmp_path / "runs" / "cls" / "ddp")
+    assert sorted(p.name for p in (tmp_path / "runs" / "cls").iterdir()) == ["ddp", "single"]
+    run_dir = Path(ranks[0]["run_dir"])
+    manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["distributed"] == {"world_size": 2, "backend": "gloo"}
+    assert ranks[0]["wrapped"] == "DistributedDataParallel"
+    assert (run_dir / "COMPLETE").exists()
+
+    # each rank trained on half of the rows, the two halves together are the whole training set
+    rows = Counter(map(tuple, single["trained"]))
+    assert sum(rows.values()) == 96
+    shard0, shard1 = Counter(map(tuple, ranks[0]["trained"])), Counter(map(tuple, ranks[1]["trained"]))
+    assert sum(shard0.values()) == sum(shard1.values()) == 48
+    assert shard0 + shard1 == rows
+    assert shard0 != shard1
+    # so half the optimizer steps of batch 8 (the effective batch is 2 x 8)
+    assert single["global_step"] == 12 and ranks[0]["global_step"] == ranks[1]["global_step"] == 6
+
+    # evaluation gathered both ranks' predictions: every validation row, once
+    assert ranks[0]["eval_counts"] == ranks[1]["eval_counts"] == single["eval_counts"]
+    assert set(single["eval_counts"]) == {40}
+    saved = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    assert saved["validation"]["examples"] == 40
+    # a per-rank mean loss, not the world-size multiple transformers reports for plain-mean losses
+    assert saved["validation"]["loss"] == pytest.approx(single["metrics"]["validation"]["loss"], abs=0.1)
+
+
+def test_run_nproc_starts_torchrun_and_only_rank_0_prints(tmp_path):
+    command = [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "2", "--no-progress",
+               *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16")]
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "launch: -m torch.distributed.run --standalone --nproc_per_node=2 -m nlptasks run" in done.stderr
+    assert "--nproc" not in done.stderr.split("launch:", 1)[1].splitlines()[0].replace("--nproc_per_node", "")
+    assert done.stdout.count("model saved to") == 1  # the table once, from rank 0
+    assert done.stderr.count("distributed: 2 processes (gloo); rank 0 writes the run") == 1
+    (run_dir,) = (tmp_path / "cls").iterdir()
+    assert (run_dir / "COMPLETE").exists()
+    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
+
+
+def test_fsdp_config_passes_through_train_extra_and_needs_cuda(cli, tmp_path):
+    """FSDP through ``train.extra`` (transformers' own keys) reaches the Trainer's accelerate plugin;
+    on CPU processes accelerate would drop it silently (plain DDP), so there it is a recipe error."""
+    from nlptasks.context import RunContext
+    from nlptasks.engine.training import make_training_arguments, training_kwargs
+    from nlptasks.recipe import load_recipe
+
+    fsdp = 'train.extra={ fsdp = true, fsdp_config = { version = 2, reshard_after_forward = true } }'
+    loaded = load_recipe(RECIPES / "cls.toml", [fsdp])
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=tmp_path)
+    args = make_training_arguments(training_kwargs(ctx, True, True, progress=False))
+    assert args.fsdp_plugin_args["fsdp_version"] == 2
+    assert args.fsdp_plugin_args["reshard_after_forward"] is True
+
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    code, _, err = cli("run", str(RECIPES / "cls.toml"), "--set", fsdp, "--set", f"output.dir={tmp_path}")
+    assert code == 2
+    assert "train.extra.fsdp: FSDP needs CUDA GPUs" in err
+
+
+def test_deepspeed_without_the_package_is_a_recipe_error(cli, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is not None:
+        pytest.skip("deepspeed is installed here")
+    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress", *_sets(f"output.dir={tmp_path}", "data.max_train_rows=16",
+            'train.extra={ deepspeed = "ds_config.json" }')]
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert "train.extra.deepspeed: needs the deepspeed package (not installed: pip install deepspeed)" in err
+
+
+def test_torchrun_command():
+    from nlptasks.engine.distributed import torchrun_command
+
+    command = torchrun_command(4, ["--debug", "run", "r.toml", "--nproc", "4", "--set", "a=1", "--nproc=4"])
+    assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+                           "-m", "nlptasks", "--debug", "run", "r.toml", "--set", "a=1"]
+
+
+def test_nproc_inside_a_launcher_is_an_error(cli, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, _, err = cli("run", str(RECIPES / "cls.toml"), "--nproc", "2")
+    assert code == 2 and "already inside a distributed launcher" in err

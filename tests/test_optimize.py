@@ -1,0 +1,344 @@
+"""[optimize] and the memory/speed keys of [train]: each option checked by its effect on a real
+tiny run (the trainer and batches recorded by a plugin), not by the arguments alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import RECIPES, TINY
+from nlptasks import hookimpl
+from nlptasks.engine.runner import run
+from nlptasks.errors import NlptasksError, RecipeError
+from nlptasks.plugins import Host
+from nlptasks.recipe import load_recipe
+
+QUICK = ["train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=16", "train.batch_size=8",
+         "train.group_by_length=false", "train.eval_strategy=no", "model.scratch.layers=2"]
+
+
+class Probe:
+    """Records the model step 5 built (and its first weights), the trainer, and every training
+    micro-batch as the model received it."""
+
+    def __init__(self, on_model=None):
+        self.on_model = on_model
+        self.model = None
+        self.initial: dict[str, torch.Tensor] = {}
+        self.trainer = None
+        self.batches: list[dict[str, torch.Tensor]] = []
+
+    @hookimpl(wrapper=True)
+    def nlptasks_build_model(self, ctx):
+        model = yield
+        self.model = model
+        self.initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+        if self.on_model is not None:
+            self.on_model(model)
+        return model
+
+    @hookimpl(wrapper=True)
+    def nlptasks_train(self, ctx, trainer, data):
+        self.trainer = trainer
+        step = trainer.training_step
+
+        def recording_step(model, inputs, *args, **kwargs):
+            self.batches.append({k: v.detach().clone() for k, v in inputs.items() if torch.is_tensor(v)})
+            return step(model, inputs, *args, **kwargs)
+
+        trainer.training_step = recording_step
+        return (yield)
+
+
+def train(tmp_path, *overrides, probe=None):
+    probe = probe or Probe()
+    host = Host()
+    host.register(probe, name="probe")
+    sets = [*TINY, *QUICK, f"output.dir={tmp_path / 'runs'}", *overrides]
+    loaded = load_recipe(RECIPES / "cls.toml", sets, host=host)
+    result = run(loaded, host=host, progress=False)
+    manifest = json.loads((result.output_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    return probe, result, manifest
+
+
+def optimizer_params(trainer) -> set[int]:
+    return {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Freezing
+# ---------------------------------------------------------------------------------------------
+
+
+def test_freezing_embeddings_first_layer_and_a_pattern(tmp_path):
+    probe, result, manifest = train(
+        tmp_path, "optimize.freeze_embeddings=true", "optimize.freeze_layers=1", "optimize.freeze=['pooler']"
+    )
+    model = probe.model
+    named = dict(model.named_parameters())
+    expected_frozen = {n for n in named if n.startswith(("bert.embeddings.", "bert.encoder.layer.0.", "bert.pooler."))}
+    frozen = {n for n, p in named.items() if not p.requires_grad}
+    assert frozen == expected_frozen
+    assert any(n.startswith("bert.encoder.layer.1.") for n in named if n not in frozen)
+
+    counts = manifest["freezing"]
+    n_frozen = sum(named[n].numel() for n in frozen)
+    assert counts["frozen_parameters"] == n_frozen
+    assert counts["trainable_parameters"] == sum(p.numel() for p in model.parameters()) - n_frozen
+    assert counts["frozen"] == ["embeddings bert.embeddings", "layer 0 of 2 (bert.encoder.layer)", "'pooler' (2 tensors)"]
+
+    # frozen parameters never reach the optimizer, and every trainable one does
+    in_optimizer = optimizer_params(probe.trainer)
+    assert in_optimizer == {id(p) for p in model.parameters() if p.requires_grad}
+    assert sum(p.numel() for g in probe.trainer.optimizer.param_groups for p in g["params"]) == counts["trainable_parameters"]
+    # and training left them as they were, while the rest moved
+    assert all(torch.equal(named[n].detach(), probe.initial[n]) for n in frozen)
+    assert not torch.equal(named["bert.encoder.layer.1.output.dense.weight"].detach(),
+                           probe.initial["bert.encoder.layer.1.output.dense.weight"])
+
+
+def test_freezing_every_layer_trains_only_the_head(tmp_path, caplog):
+    probe, _, manifest = train(tmp_path, "optimize.freeze_layers=99")
+    trainable = {n for n, p in probe.model.named_parameters() if p.requires_grad}
+    assert trainable == {"classifier.weight", "classifier.bias"}
+    assert manifest["freezing"]["trainable_parameters"] == 32 * 2 + 2  # hidden 32 x 2 labels + bias
+    assert "the whole body bert (2 layers and embeddings)" in manifest["freezing"]["frozen"][0]
+
+
+def test_freezing_logs_the_counts(tmp_path, cli):
+    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress"]
+    for s in [*TINY, *QUICK, f"output.dir={tmp_path}", "optimize.freeze_embeddings=true"]:
+        argv += ["--set", s]
+    code, _, err = cli(*argv)
+    assert code == 0, err
+    line = next(x for x in err.splitlines() if "freezing:" in x)
+    assert "frozen" in line and "trainable" in line and "embeddings bert.embeddings" in line
+
+
+def test_freezing_mistakes_are_recipe_errors(tmp_path, cli):
+    code, _, err = cli("validate", str(RECIPES / "cls.toml"), "--set", "optimize.freeze=['(']")
+    assert code == 2 and "optimize.freeze" in err and "not a regular expression" in err
+    code, _, err = cli("validate", str(RECIPES / "cls.toml"), "--set", "peft.method=lora",
+                       "--set", "optimize.freeze_layers=2")
+    assert code == 2
+    assert "optimize.freeze_layers: freezing does not combine with [peft]" in err
+    with pytest.raises(RecipeError, match=r"optimize.freeze: 'no_such_weight' matches no parameter name"):
+        train(tmp_path, "optimize.freeze=['no_such_weight']")
+    with pytest.raises(RecipeError, match="freeze every parameter"):
+        train(tmp_path, "optimize.freeze=['.']")
+
+
+def test_layers_are_found_without_naming_the_architecture():
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from nlptasks.engine.optimize import embedding_modules, transformer_layers
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=3, n_head=2, bos_token_id=0, eos_token_id=0))
+    name, layers = transformer_layers(gpt2)
+    assert (name, len(layers)) == ("transformer.h", 3)
+    assert [n for n, _ in embedding_modules(gpt2)] == ["transformer.wte", "transformer.wpe"]
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=32, bos_token_id=0, eos_token_id=0))
+    assert transformer_layers(llama)[0] == "model.layers"
+    assert [n for n, _ in embedding_modules(llama)] == ["model.embed_tokens"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpointing, optimizer, attention, accumulation, padding, sampler, precision
+# ---------------------------------------------------------------------------------------------
+
+
+def _count_layer_calls(model):
+    calls = {"n": 0}
+
+    def hook(module, args):  # a pre-hook: torch stops a recomputation once it has what backward needs
+        if module.training:
+            calls["n"] += 1
+
+    # inside the layer: transformers checkpoints the layer's forward, keeping the layer's own hooks outside
+    model.bert.encoder.layer[0].attention.register_forward_pre_hook(hook)
+    return calls
+
+
+def test_gradient_checkpointing_recomputes_each_layer_in_backward(tmp_path):
+    runs = {}
+    for on in (False, True):
+        calls: dict = {}
+        probe = Probe(on_model=lambda m, calls=calls: calls.update(counter=_count_layer_calls(m)))
+        probe, _, _ = train(tmp_path / str(on), f"optimize.gradient_checkpointing={str(on).lower()}", probe=probe)
+        runs[on] = (probe, calls["counter"]["n"])
+    plain, checkpointed = runs[False], runs[True]
+    assert plain[0].model.is_activation_checkpointing is False
+    assert checkpointed[0].model.is_activation_checkpointing is True
+    assert checkpointed[0].model.config.use_cache is False
+    micro_batches = len(plain[0].batches)
+    assert plain[1] == micro_batches  # one forward of layer 0 per micro-batch
+    assert checkpointed[1] == 2 * micro_batches  # and once more in each backward
+
+
+@pytest.mark.parametrize(
+    ("name", "check"),
+    [
+        ("adamw_torch", lambda o: isinstance(o, torch.optim.AdamW) and not o.defaults.get("fused")),
+        ("adamw_torch_fused", lambda o: isinstance(o, torch.optim.AdamW) and o.defaults.get("fused")),
+        ("adafactor", lambda o: type(o).__name__ == "Adafactor" and "exp_avg" not in next(iter(o.state.values()))),
+    ],
+)
+def test_the_optimizer_in_use(tmp_path, name, check):
+    probe, _, _ = train(tmp_path, f"optimize.optimizer={name}", "train.max_steps=2")
+    optimizer = probe.trainer.optimizer
+    inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper
+    assert check(inner), type(inner)
+    assert probe.trainer.args.optim == name
+
+
+def test_cuda_only_values_are_recipe_errors_on_this_machine(cli, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    argv = ["run", str(RECIPES / "cls.toml"), "--set", f"output.dir={tmp_path}",
+            "--set", "optimize.optimizer=adamw_8bit", "--set", "optimize.tf32=true"]
+    code, _, err = cli(*argv)
+    assert code == 2
+    assert "optimize.optimizer: 'adamw_8bit' keeps 8-bit optimizer states with bitsandbytes, which needs a CUDA GPU" in err
+    assert "use one of: 'adamw_torch', 'adamw_torch_fused', 'adafactor'" in err
+    assert "optimize.tf32: true needs a CUDA GPU" in err
+    assert "--set optimize.optimizer=adamw_torch --set optimize.tf32=false" in err
+    assert not (tmp_path / "cls").exists()  # refused before anything was written
+
+
+def test_a_gpu_with_bitsandbytes_accepts_them():
+    from nlptasks.engine.adapters import machine_problems
+
+    recipe = load_recipe(RECIPES / "cls.toml", ["optimize.optimizer=adamw_8bit", "optimize.tf32=true"]).recipe
+    assert machine_problems(recipe, cuda=True, bitsandbytes=True) == []
+    assert [p.where for p in machine_problems(recipe, cuda=True, bitsandbytes=False)] == ["optimize.optimizer"]
+
+
+def test_compile_tf32_and_checkpointing_reach_the_training_arguments():
+    from nlptasks.context import RunContext
+    from nlptasks.engine.training import make_training_arguments, training_kwargs
+
+    loaded = load_recipe(RECIPES / "cls.toml", ["optimize.compile=true", "optimize.gradient_checkpointing=true"])
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
+    args = make_training_arguments(training_kwargs(ctx, True, True, progress=False))
+    assert args.torch_compile is True
+    assert args.activation_checkpointing is True and args.use_cache is False
+    assert args.optim == "adamw_torch"
+
+
+def test_train_extra_cannot_contradict_optimize():
+    from nlptasks.context import RunContext
+    from nlptasks.engine.training import training_kwargs
+
+    loaded = load_recipe(RECIPES / "cls.toml", ['train.extra={ optim = "sgd" }', "optimize.optimizer=adafactor"])
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
+    with pytest.raises(RecipeError, match=r"train.extra.optim: is also set by optimize.optimizer = 'adafactor'"):
+        training_kwargs(ctx, True, True)
+    # left at its default, [optimize] gives way to train.extra (any transformers optimizer name)
+    loaded = load_recipe(RECIPES / "cls.toml", ['train.extra={ optim = "sgd" }'])
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
+    assert training_kwargs(ctx, True, True)["optim"] == "sgd"
+
+
+def test_attention_implementation(tmp_path):
+    probe, _, manifest = train(tmp_path, "optimize.attention=eager", "train.max_steps=1")
+    assert probe.model.config._attn_implementation == "eager"
+    assert manifest["attention"] == "eager"
+    probe, _, manifest = train(tmp_path, "train.max_steps=1")
+    assert manifest["attention"] == "sdpa"  # 'auto': transformers' choice
+
+
+def test_accumulation_makes_fewer_optimizer_steps(tmp_path):
+    probe, result, _ = train(tmp_path, "train.batch_size=4", "train.gradient_accumulation_steps=4")
+    assert len(probe.batches) == 64 // 4  # micro-batches of 4
+    assert probe.trainer.state.global_step == 64 // 16  # one optimizer step per 4 micro-batches
+    assert result.metrics["train"]["steps"] == 4
+
+
+def _padding(batches):
+    return sum(int((1 - b["attention_mask"]).sum()) for b in batches)
+
+
+def test_padding_and_length_grouping(tmp_path):
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    long = "model.max_length=256"
+    fixed, _, _ = train(tmp_path / "f", long, "train.padding=max_length")
+    dynamic, _, _ = train(tmp_path / "d", long, "train.padding=dynamic")
+    grouped, _, _ = train(tmp_path / "g", long, "train.padding=dynamic", "train.group_by_length=true")
+
+    assert {tuple(b["input_ids"].shape) for b in fixed.batches} == {(8, 256)}  # model.max_length
+    widths = [b["input_ids"].shape[1] for b in dynamic.batches]  # each batch padded to its longest row
+    assert all(w == int(b["attention_mask"].sum(1).max()) for w, b in zip(widths, dynamic.batches, strict=True))
+    assert max(widths) < 256
+
+    assert not isinstance(dynamic.trainer._get_train_sampler(), LengthGroupedSampler)
+    assert isinstance(grouped.trainer._get_train_sampler(), LengthGroupedSampler)
+    assert _padding(grouped.batches) < _padding(dynamic.batches) < _padding(fixed.batches)
+    # the same rows either way
+    assert sum(len(b["input_ids"]) for b in grouped.batches) == sum(len(b["input_ids"]) for b in dynamic.batches) == 64
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("auto", torch.float32), ("bf16", torch.bfloat16)])
+def test_precision_reaches_the_forward_pass(tmp_path, precision, dtype):
+    seen: list = []
+
+    def watch(model):
+        model.classifier.register_forward_hook(lambda m, a, out: seen.append(out.dtype) if m.training else None)
+
+    _, _, manifest = train(tmp_path, f"train.precision={precision}", "train.max_steps=2", probe=Probe(on_model=watch))
+    assert manifest["precision"] == ("fp32" if precision == "auto" else precision)  # auto is fp32 on CPU
+    assert seen and set(seen) == {dtype}
+
+
+# ---------------------------------------------------------------------------------------------
+# OOM fallback
+# ---------------------------------------------------------------------------------------------
+
+
+def oom_above(limit: int, after_steps: int = 0):
+    """A model that runs out of "GPU" memory on training batches larger than ``limit`` (from its
+    ``after_steps``-th training forward on), as CUDA does: torch.cuda.OutOfMemoryError from forward."""
+    forwards = {"n": 0}
+
+    def install(model):
+        def pre_hook(module, args, kwargs):
+            if not module.training:
+                return None
+            forwards["n"] += 1
+            if forwards["n"] > after_steps and kwargs["input_ids"].shape[0] > limit:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
+            return None
+
+        model.register_forward_pre_hook(pre_hook, with_kwargs=True)
+
+    return install
+
+
+def test_oom_fallback_halves_the_batch_and_keeps_the_effective_batch(tmp_path):
+    reference, ref_result, _ = train(tmp_path / "ref")
+    probe, result, manifest = train(tmp_path / "oom", probe=Probe(on_model=oom_above(2)))
+    assert manifest["oom_fallback"] == [
+        {"at_step": 0, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated)",
+         "batch_size": [8, 4], "gradient_accumulation_steps": [1, 2], "eval_batch_size": [16, 8]},
+        {"at_step": 0, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated)",
+         "batch_size": [4, 2], "gradient_accumulation_steps": [2, 4], "eval_batch_size": [8, 4]},
+    ]
+    args = probe.trainer.args
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 4)
+    # one batch of 8 failed, then one of 4, then the whole epoch ran in batches of 2
+    assert [len(b["input_ids"]) for b in probe.batches] == [8, 4] + [2] * 32
+    # same effective batch: as many optimizer steps as the run that fitted, over the same rows
+    assert probe.trainer.state.global_step == reference.trainer.state.global_step == 8
+    assert result.metrics["train"]["steps"] == ref_result.metrics["train"]["steps"]
+    assert (result.output_dir / "COMPLETE").exists()
+
+
+def test_oom_after_the_weights_changed_or_with_the_fallback_off_is_a_clear_error(tmp_path):
+    with pytest.raises(NlptasksError, match="out of GPU memory at step 2, after the weights changed") as info:
+        train(tmp_path / "late", probe=Probe(on_model=oom_above(2, after_steps=2)))
+    assert "--set train.batch_size=4 --set train.gradient_accumulation_steps=2" in info.value.render()
+    with pytest.raises(NlptasksError, match="optimize.oom_fallback is off"):
+        train(tmp_path / "off", "optimize.oom_fallback=false", probe=Probe(on_model=oom_above(2)))
