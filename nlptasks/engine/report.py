@@ -164,7 +164,11 @@ def classification_sections(ctx: Any, trainer: Any, data: Any, metrics: dict[str
     per_class = {k: v for k, v in (metrics.get(split) or {}).items() if "/" in k}
     if per_class:
         sections.append(f"## Per class ({split})\n\n" + per_class_table(per_class))
-    output = trainer.predict(data[split], metric_key_prefix=split)
+    compute_metrics, trainer.compute_metrics = trainer.compute_metrics, None  # predictions only: the metrics are known
+    try:
+        output = trainer.predict(data[split], metric_key_prefix=split)
+    finally:
+        trainer.compute_metrics = compute_metrics
     logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     name = "confusion_matrix.png"
     names = write_confusion_matrix(ctx.labels, output.label_ids, logits.argmax(-1), ctx.output_dir / name,
