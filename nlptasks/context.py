@@ -85,11 +85,17 @@ class Predictor(Protocol):
 
     Optional, for file formats of the task's own (``nlptasks infer --format NAME``): a predictor
     may declare ``formats``, a dict ``{name: one-line description}``, and implement
-    ``read_inputs(path, fmt, stream) -> list`` (``path`` is ``None`` when reading ``stream``,
-    i.e. stdin) and ``write_outputs(results, fmt, stream)``.  The CLI checks ``--format`` against
-    ``formats`` and lists them when a format is not offered; a ``--file`` whose extension is one
-    of the names uses that format without ``--format``.  Without ``--format`` the CLI reads
-    txt/csv/jsonl and prints JSON lines.
+    ``read_inputs(path, fmt, stream) -> Iterable`` (``path`` is ``None`` when reading ``stream``,
+    i.e. stdin; return a generator so that big files stream) and ``write_outputs(results, fmt,
+    stream)``, which the CLI calls once per chunk of results, in order.  The CLI checks
+    ``--format`` against ``formats`` and lists them when a format is not offered; a ``--file``
+    whose extension is one of the names uses that format without ``--format``.  Without a task
+    format the CLI reads txt/csv/tsv/jsonl and writes JSON lines (or ``--format csv``).
+
+    ``nlptasks infer`` calls the predictor on chunks of ``--chunk-rows`` inputs and sets its
+    ``batch_size`` and ``max_length`` attributes, where it has them, from ``--batch-size`` and
+    ``--max-length``; a predictor must give each input the same result whatever else is in the
+    same call (tests/test_parity.py holds the built-in tasks to it).
 
     Optional, for ranking (``nlptasks infer --candidates FILE --top-k K``): a predictor may
     implement ``rank(queries, candidates, top_k) -> list[dict]``, one dict per query with its

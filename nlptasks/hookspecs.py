@@ -15,6 +15,7 @@ the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
     8  nlptasks_data_collator(ctx)         -> collator, first result wins
        nlptasks_trainer(ctx, model, args, data, data_collator, compute_metrics) -> Trainer
     9  nlptasks_train(ctx, trainer, data)  -> metrics, first result wins
+       nlptasks_report(ctx, trainer, data, metrics) -> [Markdown section]  all run (model card)
     10 nlptasks_load_predictor(run_dir, manifest) -> predictor (for nlptasks infer)
 
 ``nlptasks check RECIPE`` (the data doctor) runs steps 1 to 3, then
@@ -342,6 +343,35 @@ def nlptasks_train(ctx: RunContext, trainer: Trainer, data: DatasetDict) -> dict
     ``ctx.resume_from`` (``nlptasks run --resume``), saves a checkpoint every
     ``output.checkpoint_steps`` and raises a one-line error at the first NaN or infinite training
     loss (docs/reliability.md).
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# The run report (model card), after step 9
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def nlptasks_report(ctx: RunContext, trainer: Trainer, data: DatasetDict, metrics: dict[str, Any]) -> list[str] | None:
+    """Run report. Contribute the task's own sections to the run's model card (``README.md``).
+
+    **When:** by ``nlptasks run``, after step 9 and after the model is saved, before the run is
+    marked complete.  The engine writes the generic parts of the card itself (task, base model,
+    data and row counts, the metrics table, ``training_curves.png``, the recipe, how to load the
+    run); this hook adds what only the task knows.  Not called in a distributed run (more than one
+    process): rank 0 writes the card alone, and a hook's ``trainer.predict`` would wait for the others.
+
+    :param ctx: the run context; write any files (PNGs) into ``ctx.output_dir`` and link them by
+        their bare name from the Markdown.
+    :param trainer: the Trainer of step 9, its best model loaded (``trainer.predict`` gives the
+        predictions on a split).
+    :param data: the tokenized splits of step 4.
+    :param metrics: the metrics of step 9 by split (what ``metrics.json`` holds).
+    :returns: a list of Markdown sections, each starting with a ``## `` heading (*all run*: every
+        plugin's sections are collected, in plugin order).  Helpers in
+        :mod:`nlptasks.engine.report`: ``write_confusion_matrix`` (a classification task's
+        confusion-matrix PNG) and ``per_class_table`` (per-class or per-entity-type figures from the
+        ``name/class`` metric keys).  Return ``None`` (or nothing) to add nothing.
     """
 
 

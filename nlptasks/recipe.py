@@ -316,10 +316,25 @@ class TrainConfig(Section):
     group_by_length: bool = Field(
         False, description="Draw training batches of similar lengths (less padding, faster)."
     )
+    report_to: list[Literal["tensorboard"]] = Field(
+        default_factory=list,
+        description="Experiment trackers to log to: [\"tensorboard\"] writes event files to <run>/tensorboard "
+        "(needs the tensorboard package). Default: none.",
+    )
     extra: dict[str, Any] = Field(
         default_factory=dict,
         description="Further transformers TrainingArguments, passed as they are (checked at run time).",
     )
+
+    @field_validator("report_to")
+    @classmethod
+    def _tracker_installed(cls, value: list[str]) -> list[str]:
+        import importlib.util
+
+        if "tensorboard" in value and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
+            raise ValueError("the tensorboard package is not installed: pip install tensorboard "
+                             "(or leave 'tensorboard' out of train.report_to)")
+        return list(dict.fromkeys(value))
 
     @model_validator(mode="after")
     def _steps_need_eval_steps(self) -> TrainConfig:

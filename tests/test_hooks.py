@@ -37,13 +37,14 @@ PIPELINE_ORDER = [
 ]
 
 TOOL_HOOKS = ["nlptasks_check"]  # called by other commands than `run` (tested in test_check.py)
+REPORT_HOOKS = ["nlptasks_report"]  # all run, after step 9 (tested in test_report.py)
 
 
 def test_spec_module_lists_the_steps_in_pipeline_order():
     source = inspect.getsource(hookspecs)
     positions = [source.index(f"def {name}(") for name in PIPELINE_ORDER]
     assert positions == sorted(positions)
-    assert set(SPECS) == {*PIPELINE_ORDER, *TOOL_HOOKS, "register_tasks"}
+    assert set(SPECS) == {*PIPELINE_ORDER, *TOOL_HOOKS, *REPORT_HOOKS, "register_tasks"}
 
 
 def test_firstresult_conventions_match_the_docstrings():

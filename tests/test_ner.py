@@ -200,7 +200,7 @@ def test_unsupported_format_lists_the_tasks_formats(trained, tmp_path):
     src = write_conll(tmp_path / "in.conll", demo_rows("test", 1))
     proc = nlptasks("infer", "--model", str(run_dir), "--file", str(src), "--format", "xml", cwd=cwd)
     assert proc.returncode == 2
-    assert "--format xml: the 'ner' task does not read or write this format (its formats: conll)" in proc.stderr
+    assert "--format xml: the 'ner' task does not read or write this format (formats: jsonl, csv, conll)" in proc.stderr
 
 
 def test_batched_inference_equals_one_by_one(trained):

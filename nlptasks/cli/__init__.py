@@ -28,6 +28,7 @@ examples:
   nlptasks run recipes/cls.toml --set peft.method=lora  train a LoRA adapter instead
   nlptasks export runs/cls/RUN --merge merged/       merge a lora/ia3 adapter into a full model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
+  nlptasks compare runs/cls/A runs/cls/B             metrics, time, memory and recipe differences
   nlptasks check recipes/ner.toml                    find problems in a recipe's data before training
   nlptasks plan recipes/cls.toml --gpu-mem 24GiB     estimate memory per ladder rung; pick one that fits
   nlptasks bench ladder recipes/cls.toml --steps 5   measure memory and speed of every ladder rung
@@ -83,16 +84,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("infer", help="predict with a trained run",
-                       description="Predict with a trained run; one JSON object per input on stdout.")
+                       description="Predict with a trained run: one result per input, as JSON lines on stdout by "
+                                   "default. A --file (or stdin) of any size is streamed: read, predicted and written "
+                                   "in chunks, with bounded memory and a progress bar on stderr.")
     p.add_argument("texts", nargs="*", help="input texts (default: --file, or lines from stdin)")
     p.add_argument("--task", help="task whose latest complete run under --runs-dir to use, e.g. cls")
     p.add_argument("--model", type=Path, help="run directory to use (default: the latest run of --task)")
-    p.add_argument("--file", type=Path, help="inputs from a .txt (one per line), .csv or .jsonl file")
+    p.add_argument("--file", type=Path, help="inputs from a .txt (one per line), .csv, .tsv or .jsonl file (or a "
+                                             "format of the task: see --format)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="write the results to FILE instead of stdout (FILE.csv: --format csv)")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are (default: ./runs)")
     p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default: 32)")
+    p.add_argument("--max-length", type=int, metavar="N",
+                   help="longest input in tokens (default: the run's model.max_length; tasks that window long "
+                        "inputs, e.g. ner, use it as the window)")
     p.add_argument("--format", dest="fmt", metavar="FORMAT",
-                   help="read --file (or stdin) and write stdout in a format the task offers, e.g. conll "
-                        "(default: JSON lines out; a --file whose extension names a task format uses it)")
+                   help="output format: jsonl (default) or csv; or a format the task offers, read from --file "
+                        "(or stdin) and written out, e.g. conll for ner (a --file whose extension names a task "
+                        "format uses it)")
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="inference dtype: auto = bf16 on a CUDA GPU that supports it, else fp32 (default: auto)")
+    p.add_argument("--chunk-rows", type=int, default=2048, metavar="N",
+                   help="inputs read, predicted and written at a time when streaming a file (default: 2048)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar (rows, rows/s) on stderr while streaming (default: when stderr is a terminal)")
     p.add_argument("--candidates", type=Path, metavar="FILE",
                    help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
                         "whose predictor can rank (pair in bi-encoder mode)")
@@ -107,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=float, metavar="T", help="sample with this temperature (default: 0, greedy)")
     g.add_argument("--top-p", type=float, metavar="P", help="with --temperature: nucleus sampling mass (default: 1.0)")
     p.set_defaults(func=cmd_infer)
+
+    p = sub.add_parser("compare", help="compare finished runs: metrics, time, memory, recipe differences",
+                       description="Print one Markdown table of complete runs side by side: validation and test "
+                                   "metrics, wall time, training samples/s, peak memory, and the recipe keys whose "
+                                   "values differ. Refuses runs without a COMPLETE marker.")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders (runs/<task>/<name>)")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("inspect-batch", help="show the tokens a recipe feeds the model, and which are in the loss",
                        description="Run steps 1-4 of a recipe (no model, no training) and print examples token by "
@@ -210,6 +233,27 @@ def setup_logging(quiet: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``nlptasks`` command; returns the exit code.  A reader that closes stdout early
+    (``nlptasks plugins | head``) ends the command quietly, with exit code 0."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here rather than at interpreter exit
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so Python's final flush does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (e.g. captured output)
+        pass
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for `run --nproc`, which starts itself again
@@ -378,84 +422,110 @@ def format_metrics(metrics: dict[str, Any]) -> str:
 
 def read_input_file(path: Path) -> list[Any]:
     """Rows of a .csv/.tsv/.json/.jsonl file as dicts, or the non-empty lines of any other file."""
-    from nlptasks.errors import DataError
+    from nlptasks.engine.streaming import iter_file
 
-    if not path.exists():
-        raise DataError("file not found", path=str(path))
-    if path.suffix.lower() in {".csv", ".jsonl", ".json", ".tsv"}:
-        from nlptasks.engine.data import detect_format, read_rows
-
-        return read_rows(path, detect_format(path))
-    return [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def read_inputs(args: argparse.Namespace) -> list[Any]:
-    from nlptasks.errors import NlptasksError
-
-    if args.texts and args.file:
-        raise NlptasksError("give texts as arguments or --file, not both")
-    if args.texts:
-        return list(args.texts)
-    if args.file:
-        return read_input_file(args.file)
-    if not sys.stdin.isatty():
-        return [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    raise NlptasksError(
-        "nothing to predict: give texts, --file FILE, or pipe lines on stdin",
-        hint='Example: nlptasks infer --task cls "这家酒店服务很好，房间也干净"',
-    )
+    return list(iter_file(path))
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from nlptasks.errors import NlptasksError
+    from nlptasks.errors import DataError, NlptasksError
 
-    inputs = None if _task_format(args) else read_inputs(args)
-    from nlptasks.engine.runner import latest_run, load_predictor
-
-    run_dir = args.model
-    if run_dir is None:
-        if not args.task:
-            raise NlptasksError("say which model to use: --task TASK (its latest run) or --model RUN_DIR")
-        run_dir = latest_run(args.task, args.runs_dir)
-        if run_dir is None:
-            from nlptasks.plugins import get_host
-
-            host = get_host()
-            host.task(args.task)  # unknown task → error with did-you-mean
-            recipe = f"recipes/{args.task}.toml"
-            raise NlptasksError(
-                f"no complete {args.task!r} run under {args.runs_dir}/{args.task}",
-                hint=f"Train one first: nlptasks run {recipe}   (or point --model at a run folder)",
-            )
-    elif not run_dir.is_dir():
-        raise NlptasksError(f"--model {run_dir}: no such folder")
+    if args.texts and args.file:
+        raise NlptasksError("give texts as arguments or --file, not both")
+    if args.file is not None and not args.file.exists():
+        raise DataError("file not found", path=str(args.file))
+    for flag, value, least in (("--batch-size", args.batch_size, 1), ("--chunk-rows", args.chunk_rows, 1),
+                               ("--max-length", args.max_length, 8)):
+        if value is not None and value < least:
+            raise NlptasksError(f"{flag} must be at least {least}")
+    if not args.texts and args.file is None and sys.stdin.isatty():
+        raise NlptasksError(
+            "nothing to predict: give texts, --file FILE, or pipe lines on stdin",
+            hint='Example: nlptasks infer --task cls "这家酒店服务很好，房间也干净"',
+        )
+    run_dir = _infer_run_dir(args)
     logging.getLogger("nlptasks").info("model: %s", run_dir)
     from transformers.utils import logging as hf_logging
 
+    from nlptasks.engine.inference import set_inference_precision
+    from nlptasks.engine.runner import load_predictor
+
     hf_logging.disable_progress_bar()  # its "Loading weights" bar; ours shows the long work
+    set_inference_precision(args.precision)
     predictor = load_predictor(run_dir, adapter=args.adapter, base_only=args.base_only)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
+    if args.max_length is not None and hasattr(predictor, "max_length"):
+        predictor.max_length = args.max_length
     _configure_generation(args, predictor, run_dir)
-    fmt = _chosen_format(args, predictor, run_dir)
-    if fmt is not None:
-        if args.candidates is not None:
-            raise NlptasksError(f"--candidates ranks JSON lines; it does not go with --format {fmt}")
-        if args.texts:
-            raise NlptasksError(f"--format {fmt} reads --file or stdin, not texts given as arguments")
-        if args.file is not None and not args.file.exists():
-            from nlptasks.errors import DataError
+    task_fmt, out_fmt = _chosen_format(args, predictor, run_dir)
+    if task_fmt is not None and args.texts:
+        raise NlptasksError(f"--format {task_fmt} reads --file or stdin, not texts given as arguments")
+    if task_fmt is not None and args.candidates is not None:
+        raise NlptasksError(f"--candidates ranks JSON lines; it does not go with --format {task_fmt}")
 
-            raise DataError("file not found", path=str(args.file))
-        inputs = predictor.read_inputs(args.file, fmt, sys.stdin)
-        predictor.write_outputs(predictor(inputs), fmt, sys.stdout)
-        return 0
-    if inputs is None:
-        inputs = read_inputs(args)
-    results = _rank(args, predictor, run_dir, inputs) if args.candidates is not None else predictor(inputs)
-    for result in results:
-        print(json.dumps(result, ensure_ascii=False))
+    from nlptasks.engine import streaming
+
+    out = streaming.open_output(args.output)
+    try:
+        writer: Any
+        if task_fmt is not None:
+            writer = streaming.TaskFormatWriter(predictor, task_fmt, out)
+        elif out_fmt == "csv":
+            writer = streaming.CsvWriter(out)
+        else:
+            writer = streaming.JsonlWriter(out)
+        if args.candidates is not None:
+            queries = list(args.texts) if args.texts else list(_input_stream(args, None, predictor))
+            writer.write(_rank(args, predictor, run_dir, queries))
+        elif args.texts:
+            writer.write(predictor(list(args.texts)))
+        else:
+            progress = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.quiet)
+            total = streaming.count_rows(args.file) if progress and args.file is not None and task_fmt is None else None
+            streaming.stream_predictions(
+                predictor, _input_stream(args, task_fmt, predictor), writer.write, chunk_rows=args.chunk_rows,
+                total=total, progress=progress, source=str(args.file) if args.file is not None else "<stdin>",
+            )
+    finally:
+        if out is not sys.stdout:
+            out.close()
     return 0
+
+
+def _input_stream(args: argparse.Namespace, task_fmt: str | None, predictor: Any) -> Any:
+    """The inputs of --file or stdin, read lazily (in the task's format when one is chosen)."""
+    from nlptasks.engine import streaming
+
+    if task_fmt is not None:
+        return predictor.read_inputs(args.file, task_fmt, sys.stdin)
+    if args.file is not None:
+        return streaming.iter_file(args.file)
+    return streaming.iter_rows(sys.stdin, "txt")
+
+
+def _infer_run_dir(args: argparse.Namespace) -> Path:
+    """--model, or the latest complete run of --task under --runs-dir."""
+    from nlptasks.errors import NlptasksError
+
+    if args.model is not None:
+        if not args.model.is_dir():
+            raise NlptasksError(f"--model {args.model}: no such folder")
+        return args.model
+    if not args.task:
+        raise NlptasksError("say which model to use: --task TASK (its latest run) or --model RUN_DIR")
+    from nlptasks.engine.runner import latest_run
+
+    run_dir = latest_run(args.task, args.runs_dir)
+    if run_dir is None:
+        from nlptasks.plugins import get_host
+
+        get_host().task(args.task)  # unknown task → error with did-you-mean
+        raise NlptasksError(
+            f"no complete {args.task!r} run under {args.runs_dir}/{args.task}",
+            hint=f"Train one first: nlptasks run recipes/{args.task}.toml   (or point --model at a run folder)",
+        )
+    return run_dir
 
 
 def _configure_generation(args: argparse.Namespace, predictor: Any, run_dir: Path) -> None:
@@ -479,22 +549,28 @@ def _configure_generation(args: argparse.Namespace, predictor: Any, run_dir: Pat
     configure(**given)
 
 
-def _chosen_format(args: argparse.Namespace, predictor: Any, run_dir: Path) -> str | None:
-    """The task format to read and write (``--format``, or a --file extension the task offers)."""
+def _chosen_format(args: argparse.Namespace, predictor: Any, run_dir: Path) -> tuple[str | None, str]:
+    """``(task format, output format)``: the task format to read and write (``--format NAME`` the
+    task offers, or a --file extension it offers), else ``None`` and jsonl or csv."""
+    from nlptasks.engine.streaming import OUTPUT_FORMATS
     from nlptasks.errors import NlptasksError
 
     formats = dict(getattr(predictor, "formats", None) or {})
     fmt = args.fmt
     if fmt is None and args.file is not None and args.file.suffix.lower().lstrip(".") in formats:
         fmt = args.file.suffix.lower().lstrip(".")  # e.g. --file dev.conll
-    if fmt is not None and fmt not in formats:
-        offered = ", ".join(sorted(formats)) or "none besides the default JSON lines"
-        raise NlptasksError(
-            f"--format {fmt}: the {_task_of(run_dir)!r} task does not read or write this format "
-            f"(its formats: {offered})",
-            hint="Leave out --format for JSON lines; `nlptasks infer --help` lists the options.",
-        )
-    return fmt
+    if fmt is None and args.output is not None and args.output.suffix.lower() == ".csv":
+        fmt = "csv"
+    if fmt in formats:
+        return fmt, fmt
+    if fmt is None or fmt in OUTPUT_FORMATS:
+        return None, fmt or "jsonl"
+    offered = ", ".join([*OUTPUT_FORMATS, *sorted(formats)])
+    raise NlptasksError(
+        f"--format {fmt}: the {_task_of(run_dir)!r} task does not read or write this format "
+        f"(formats: {offered})",
+        hint="Leave out --format for JSON lines; `nlptasks infer --help` lists the options.",
+    )
 
 
 def _rank(args: argparse.Namespace, predictor: Any, run_dir: Path, queries: list[Any]) -> list[dict[str, Any]]:
@@ -512,18 +588,18 @@ def _rank(args: argparse.Namespace, predictor: Any, run_dir: Path, queries: list
     return rank(queries, read_input_file(args.candidates), args.top_k)
 
 
-def _task_format(args: argparse.Namespace) -> bool:
-    """Whether the inputs may need the task's own reader (decided once the predictor is loaded)."""
-    if args.fmt is not None:
-        return True
-    return args.file is not None and args.file.suffix.lower() not in {".csv", ".jsonl", ".json", ".tsv", ".txt"}
-
-
 def _task_of(run_dir: Path) -> str:
     try:
         return json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8")).get("task", "?")
     except (OSError, ValueError):
         return "?"
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from nlptasks.engine.report import compare
+
+    print(compare(list(args.runs)))
+    return 0
 
 
 def cmd_inspect_batch(args: argparse.Namespace) -> int:

@@ -397,6 +397,7 @@ def load_trained_model(
     auto_class: str,
     adapter: str | None = None,
     base_only: bool = False,
+    for_inference: bool = True,
 ) -> Any:
     """The model of a complete run, ready for inference (``eval()`` mode).
 
@@ -408,6 +409,10 @@ def load_trained_model(
         (or a concrete class such as ``"BertForTokenClassification"``).
     :param adapter: the adapter to put on the base (default: the active one, else ``"default"``).
     :param base_only: the frozen base without any adapter.
+    With ``for_inference`` (the default) the model is put on the inference device and dtype
+    (:func:`nlptasks.engine.inference.prepare_for_inference`: a CUDA GPU when there is one, bf16
+    where it supports it); without, it stays as saved, on the CPU.
+
     :returns: a run without ``[peft]``: ``auto_class.from_pretrained(run_dir)``.  An adapter run:
         the base (from ``base/``, or ``model.name_or_path`` with the head settings saved in
         ``base/``) with the adapter loaded as a ``peft.PeftModel``, or the base alone.
@@ -425,15 +430,12 @@ def load_trained_model(
                 f"{run_dir}: this run trained the whole model; it has no adapters or base to choose",
                 hint="--adapter and --base-only apply to runs trained with a [peft] table (docs/peft.md).",
             )
-        model = cls.from_pretrained(run_dir, use_safetensors=True)  # runs save safetensors; never unpickle
-        model.eval()
-        return model
+        return _ready(cls.from_pretrained(run_dir, use_safetensors=True), for_inference)  # runs save safetensors; never unpickle
     adapter = adapter if adapter is not None else info.get("active")
     base_only = base_only or bool(info.get("base_only"))
     model = load_base(run_dir, info, cls)
     if base_only:
-        model.eval()
-        return model
+        return _ready(model, for_inference)
     name = adapter or DEFAULT_ADAPTER
     path = adapter_path(run_dir, info, name)
     from peft import PeftConfig, PeftModel
@@ -447,6 +449,14 @@ def load_trained_model(
     config.inference_mode = True
     with _quiet_peft():
         model = PeftModel.from_pretrained(model, str(path), adapter_name=name, config=config)
+    return _ready(model, for_inference)
+
+
+def _ready(model: Any, for_inference: bool) -> Any:
+    if for_inference:
+        from nlptasks.engine.inference import prepare_for_inference
+
+        return prepare_for_inference(model)
     model.eval()
     return model
 
@@ -669,7 +679,7 @@ def export_merged(run_dir: Path, out: Path, adapter: str | None = None) -> dict[
     if not model_class:
         raise NlptasksError(f"{run_dir}: the manifest does not record model_class; cannot export")
     chosen = choose(manifest, run_dir, name if name != DEFAULT_ADAPTER else None, False)
-    model = load_trained_model(run_dir, chosen, model_class, adapter=name)
+    model = load_trained_model(run_dir, chosen, model_class, adapter=name, for_inference=False)  # fp32, CPU
     task_type = info["task_type"]
     before = model_outputs(model, check, task_type)
     merged = model.merge_and_unload()

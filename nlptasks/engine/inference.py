@@ -1,13 +1,79 @@
-"""Step 10, generic part: batched forward passes for inference.
+"""Step 10, generic part: batched forward passes for inference, and the inference device/dtype.
 
 Inputs are sorted by length so each batch pads little, run under ``torch.inference_mode``, and
-the results are put back in the input order.
+the results are put back in the input order.  Models loaded for inference
+(:func:`nlptasks.engine.load_trained_model`) go to a CUDA GPU when there is one, in bf16 where
+the GPU supports it (``nlptasks infer --precision``); on a CPU they stay fp32.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
+
+from nlptasks.errors import NlptasksError
+
+PRECISIONS = ("auto", "fp32", "bf16")
+_precision = "auto"  # what `nlptasks infer --precision` / `nlptasks.load(precision=)` asked for
+
+
+def set_inference_precision(precision: str) -> None:
+    """Choose the dtype of models loaded for inference from now on: ``auto`` (bf16 on a CUDA GPU
+    that supports it, else fp32), ``fp32`` or ``bf16`` (a CUDA GPU with bf16 only)."""
+    global _precision
+    if precision not in PRECISIONS:
+        raise NlptasksError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    _precision = precision
+
+
+@contextlib.contextmanager
+def precision_for_loading(precision: str) -> Iterator[None]:
+    """``with precision_for_loading("fp32"): load_predictor(...)``: the dtype for models loaded
+    inside the block, then back to what it was."""
+    global _precision
+    before = _precision
+    set_inference_precision(precision)
+    try:
+        yield
+    finally:
+        _precision = before
+
+
+def inference_precision(precision: str | None = None) -> tuple[str, str]:
+    """``(device, dtype)`` for inference: ``("cuda", "bf16")`` on a GPU with bf16, ``("cuda",
+    "fp32")`` on an older one (or when fp32 is asked for), ``("cpu", "fp32")`` without a GPU."""
+    import torch
+
+    precision = precision or _precision
+    cuda = torch.cuda.is_available()
+    bf16 = cuda and torch.cuda.is_bf16_supported()
+    if precision == "bf16" and not bf16:
+        raise NlptasksError(
+            "--precision bf16: needs a CUDA GPU with bf16 support; this machine has "
+            + ("a GPU without it" if cuda else "no GPU"),
+            hint="Leave out --precision (auto: fp32 here) or use --precision fp32.",
+        )
+    if precision == "auto":
+        precision = "bf16" if bf16 else "fp32"
+    return ("cuda" if cuda else "cpu"), precision
+
+
+def prepare_for_inference(model: Any) -> Any:
+    """``model`` in eval mode on the inference device and dtype (see :func:`inference_precision`)."""
+    import torch
+
+    device, precision = inference_precision()
+    model = model.to(device)
+    if precision == "bf16":
+        model = model.to(torch.bfloat16)
+    model.eval()
+    return model
+
+
+def model_device(model: Any) -> Any:
+    """Where ``model``'s weights are (inputs must go there)."""
+    return next(model.parameters()).device
 
 
 def predict_logits(
@@ -18,7 +84,11 @@ def predict_logits(
     max_length: int | None = None,
     progress: bool = False,
 ) -> Any:
-    """Logits for ``texts`` (strings, or ``(a, b)`` pairs) as a NumPy array, in input order."""
+    """Logits for ``texts`` (strings, or ``(a, b)`` pairs) as a NumPy array, in input order.
+
+    The inputs are tokenized once, sorted by their number of tokens (so a batch pads to a length
+    close to each of its members'), padded batch by batch, and the logits put back in order.
+    """
     import numpy as np
     import torch
 
@@ -26,10 +96,15 @@ def predict_logits(
         return np.zeros((0, getattr(model.config, "num_labels", 1)), dtype=np.float32)
     model.eval()
     device = next(model.parameters()).device
-    lengths = [len(t) if isinstance(t, str) else len(t[0]) + len(t[1]) for t in texts]
+    if isinstance(texts[0], str):
+        enc = tokenizer(list(texts), truncation=True, max_length=max_length)
+    else:
+        enc = tokenizer([a for a, _ in texts], [b for _, b in texts], truncation=True, max_length=max_length)
+    keys = [k for k in enc.keys() if k in accepted_inputs(model)]
+    lengths = [len(ids) for ids in enc["input_ids"]]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out: list[Any] = [None] * len(texts)
-    batches = range(0, len(order), batch_size)
+    batches: Any = range(0, len(order), batch_size)
     if progress:
         from tqdm.auto import tqdm
 
@@ -37,16 +112,8 @@ def predict_logits(
     with torch.inference_mode():
         for start in batches:
             idx = order[start : start + batch_size]
-            chunk = [texts[i] for i in idx]
-            if isinstance(chunk[0], str):
-                enc = tokenizer(chunk, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
-            else:
-                enc = tokenizer(
-                    [a for a, _ in chunk], [b for _, b in chunk],
-                    truncation=True, max_length=max_length, padding=True, return_tensors="pt",
-                )
-            enc = {k: v.to(device) for k, v in enc.items() if k in accepted_inputs(model)}
-            logits = model(**enc).logits.float().cpu().numpy()
+            batch = tokenizer.pad([{k: enc[k][i] for k in keys} for i in idx], return_tensors="pt")
+            logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.float().cpu().numpy()
             for j, i in enumerate(idx):
                 out[i] = logits[j]
     return np.stack(out)

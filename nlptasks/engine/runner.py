@@ -8,8 +8,14 @@ A run directory ``<output.dir>/<task>/<run_name>/`` holds::
     recipe.toml                         the resolved recipe (every default filled in)
     nlptasks-run.json                   written at the start: the resolved recipe and its hash (for --resume)
     checkpoints/                        while training (removed at the end unless output.keep_checkpoints)
-    metrics.json                        train/validation/test metrics and dropped-row counts
-    nlptasks.json                       the manifest: task, plugins and versions, inference settings
+    metrics.json                        train/validation/test metrics, dropped-row counts, wall time
+                                        (seconds) and peak memory (resources)
+    nlptasks.json                       the manifest: task, labels, tokenizer settings, data sources
+                                        and row counts, recipe sha256, plugins and versions, and the
+                                        task's inference settings (template, sub-word policy, adapters)
+    log_history.json                    the Trainer's log entries (loss, eval metrics by step)
+    README.md                           the model card (see nlptasks.engine.report)
+    training_curves.png                 loss and the best-checkpoint metric by step
     COMPLETE                            written last: the run finished
 
 With a ``[peft]`` table the model files are the adapter instead (``adapter_config.json``,
@@ -131,9 +137,9 @@ def run(
 
     try:
         with _library_progress_bars(progress):
-            metrics, trainer = _steps(ctx, hooks, loaded, progress)
+            metrics, trainer, data = _steps(ctx, hooks, loaded, progress)
             seconds = time.perf_counter() - started
-            save_run(ctx, host, trainer, metrics, seconds, loaded)
+            save_run(ctx, host, trainer, metrics, seconds, loaded, hooks, data)
     except OSError as exc:
         raise write_error(exc, output_dir) from None
     except Exception as exc:
@@ -217,8 +223,8 @@ def _library_progress_bars(enabled: bool) -> Iterator[None]:
             (enable if was else disable)()
 
 
-def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any]:
-    """Steps 1 to 9; returns the metrics and the trainer (whose model is saved)."""
+def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any, Any]:
+    """Steps 1 to 9; returns the metrics, the trainer (whose model is saved) and the tokenized data."""
     from nlptasks.engine.distributed import is_main, world_size
 
     output_dir = ctx.output_dir
@@ -233,7 +239,9 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         )
     raw = hooks.nlptasks_load_data(ctx=ctx)  # 2
     data = hooks.nlptasks_split(ctx=ctx, data=raw)  # 3
+    ctx.manifest["data"] = {"sources": dict(ctx.sources), "rows": {split: len(ds) for split, ds in data.items()}}
     data = hooks.nlptasks_preprocess(ctx=ctx, data=data)  # 4
+    ctx.manifest["data"]["examples"] = {split: len(ds) for split, ds in data.items()}
     if "train" not in data or len(data["train"]) == 0:
         raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
@@ -263,16 +271,19 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
         return trainer
 
-    return train_with_oom_fallback(  # 9
+    metrics, trainer = train_with_oom_fallback(  # 9
         ctx, build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data), kwargs, world_size()
     )
+    return metrics, trainer, data
 
 
 def save_run(
-    ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe
+    ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe,
+    hooks: Any = None, data: Any = None,
 ) -> None:
     """Write the run's files, then ``COMPLETE`` last: a folder without it is never served.
 
+    With ``hooks`` (and the tokenized ``data``) the report is written too (:func:`write_report`).
     Intermediate checkpoints are removed only after ``COMPLETE`` exists, so an interrupted save
     can always be resumed (``nlptasks run --resume``).  In a distributed run every rank takes part
     in saving the model; rank 0 writes the rest.
@@ -288,9 +299,14 @@ def save_run(
         ctx.tokenizer.save_pretrained(str(out))
     if ctx.labels is not None:
         write_json(out / "labels.json", ctx.labels)
-    full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1)}
+    from nlptasks.engine.report import LOG_HISTORY, peak_memory
+
+    full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1), "resources": peak_memory()}
     write_json(out / "metrics.json", full_metrics)
+    write_json(out / LOG_HISTORY, list(getattr(getattr(trainer, "state", None), "log_history", None) or []))
     write_json(out / MANIFEST, manifest_for(ctx, host, loaded))
+    if hooks is not None:
+        write_report(ctx, hooks, trainer, data, loaded)
     mark_complete(out)
     if not loaded.recipe.output.keep_checkpoints and ctx.checkpoints_dir.exists():
         shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)
@@ -300,6 +316,29 @@ def save_run(
 def mark_complete(run_dir: Path) -> None:
     """Write the ``COMPLETE`` marker: call it after every other file of the run is written."""
     write_text_atomic(run_dir / COMPLETE, _dt.datetime.now().isoformat(timespec="seconds") + "\n")
+
+
+def write_report(ctx: RunContext, hooks: Any, trainer: Any, data: Any, loaded: LoadedRecipe) -> None:
+    """The model card ``README.md`` and ``training_curves.png``, with the task's own sections from
+    the ``nlptasks_report`` hook (see :mod:`nlptasks.engine.report`)."""
+    from nlptasks.engine import report
+
+    out = ctx.output_dir
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    history = json.loads((out / report.LOG_HISTORY).read_text(encoding="utf-8"))
+    curves = report.write_curves(history, out / report.CURVES, ctx.task.best_metric_for(ctx.options))
+    from nlptasks.engine.distributed import world_size
+
+    sections = []
+    if world_size() == 1:  # a hook may call trainer.predict, a collective step that rank 0 cannot take alone
+        sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data, metrics=metrics)
+                    for s in (result or [])]
+    else:
+        ctx.log.info("distributed run: the model card leaves out the task's own sections (nlptasks_report)")
+    card = report.model_card(out, manifest, metrics, (out / "recipe.toml").read_text(encoding="utf-8"),
+                             loaded.recipe.description, sections, curves)
+    write_text_atomic(out / report.CARD, card)
 
 
 def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str, Any]:
@@ -316,12 +355,16 @@ def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str,
         if info.tasks and ctx.task.name not in info.tasks:
             continue  # other task plugins took no part
         plugins.append({"name": info.name, "dist": info.dist, "version": info.version})
+    from nlptasks.engine.report import recipe_sha256, tokenizer_settings
+
     return {
         "task": ctx.task.name,
         "plugin": ctx.task.plugin,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "recipe_sha256": recipe_sha256(loaded.resolved()),
         "labels": ctx.labels,
         "max_length": ctx.recipe.model.max_length,
+        "tokenizer": tokenizer_settings(ctx.tokenizer),
         "base_model": ctx.recipe.model.name_or_path or f"scratch:{ctx.recipe.model.scratch.architecture}",  # type: ignore[union-attr]
         "options": loaded.options.model_dump(mode="json"),
         "plugins": plugins,

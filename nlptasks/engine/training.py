@@ -73,7 +73,7 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         "greater_is_better": greater if keep_best else None,
         "logging_steps": t.logging_steps,
         "seed": ctx.recipe.seed,
-        "report_to": "none",
+        "report_to": list(t.report_to) or "none",
         "disable_tqdm": not progress,
         "bf16": precision == "bf16",
         "fp16": precision == "fp16",
@@ -92,6 +92,10 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         # means, averaged by DDP, are right for every model.
         kwargs["average_tokens_across_devices"] = False
     ctx.manifest["precision"] = precision
+    if "tensorboard" in t.report_to:  # transformers' TensorBoardCallback reads the folder from here
+        import os
+
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(ctx.output_dir / "tensorboard")
     from nlptasks.engine.optimize import optimize_kwargs
 
     kwargs.update(optimize_kwargs(ctx.recipe.optimize, t.extra))

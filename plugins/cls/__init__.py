@@ -231,6 +231,14 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
     return compute_metrics
 
 
+@hookimpl
+def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str, Any]) -> list[str]:
+    """The model card's per-class table and confusion matrix (test split, else validation)."""
+    from nlptasks.engine.report import classification_sections
+
+    return classification_sections(ctx, trainer, data, metrics)
+
+
 class ClsPredictor:
     """Texts (or dicts with the text column) → ``{"text", "label", "score"}``, batched."""
 

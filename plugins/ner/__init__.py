@@ -491,6 +491,19 @@ def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> dict[str, Any]:
 
 
 @hookimpl
+def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str, Any]) -> list[str]:
+    """The model card's per-entity-type table (test split, else validation)."""
+    from nlptasks.engine.report import per_class_table
+
+    for split in ("test", "validation"):
+        per_type = {k: v for k, v in (metrics.get(split) or {}).items() if "/" in k}
+        if per_type:
+            return [f"## Per entity type ({split})\n\nEntity-level (seqeval), whole sentences.\n\n"
+                    + per_class_table(per_type, title="type")]
+    return []
+
+
+@hookimpl
 def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
     if manifest.get("task") != "ner":
         return None

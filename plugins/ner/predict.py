@@ -9,6 +9,7 @@ The sub-word policy of the run decides which sub-token speaks for a word: the fi
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -74,8 +75,8 @@ class NerPredictor:
         matches = list(re.finditer(pattern, text))
         return text, [m.group() for m in matches], [m.span() for m in matches], False
 
-    def read_inputs(self, path: Path | None, fmt: str, stream: TextIO | None = None) -> list[Any]:
-        """Read a file (or ``stream``) in one of :attr:`formats`."""
+    def read_inputs(self, path: Path | None, fmt: str, stream: TextIO | None = None) -> Iterator[Any]:
+        """Read a file (or ``stream``) in one of :attr:`formats`, lazily (``nlptasks infer`` streams it)."""
         if fmt != "conll":
             raise NlptasksError(f"the ner task cannot read format {fmt!r}")
         if path is None:
@@ -84,7 +85,7 @@ class NerPredictor:
             sentences = iter_conll_lines((stream or sys.stdin), "<stdin>", tags_required=False)
         else:
             sentences = iter_conll(path, tags_required=False)
-        return [{"tokens": tokens} for _, tokens, _ in sentences]
+        return ({"tokens": tokens} for _, tokens, _ in sentences)
 
     def write_outputs(self, results: list[dict[str, Any]], fmt: str, stream: TextIO) -> None:
         """Write results in one of :attr:`formats` (CoNLL: the input tokens and predicted tags)."""
@@ -104,6 +105,7 @@ class NerPredictor:
             return out
         features, windows = encode(self.tokenizer, [sentences[i] for i in todo], self.max_length, self.stride)
         accepted = _accepted(self.model)
+        device = next(self.model.parameters()).device
         order = sorted(range(len(windows)), key=lambda w: len(features["input_ids"][w]))
         window_preds: list[list[Any]] = [[] for _ in windows]
         with torch.inference_mode():
@@ -112,11 +114,12 @@ class NerPredictor:
                 batch = self.tokenizer.pad(
                     [{k: features[k][w] for k in features if k in accepted} for w in idx], return_tensors="pt"
                 )
+                batch = {k: v.to(device) for k, v in batch.items()}
                 probs = torch.softmax(self.model(**batch).logits.float(), dim=-1)
-                best = probs.max(dim=-1)
+                values, indices = (t.cpu().tolist() for t in probs.max(dim=-1))
                 for row, w in enumerate(idx):
                     window_preds[w] = [
-                        None if pos < 0 else (int(best.indices[row, pos]), float(best.values[row, pos]))
+                        None if pos < 0 else (indices[row][pos], values[row][pos])
                         for pos in windows[w].first
                     ]
         merged = merge(windows, window_preds, [len(sentences[i]) for i in todo], default=None)

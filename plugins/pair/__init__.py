@@ -455,6 +455,16 @@ def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
     return metrics
 
 
+@hookimpl
+def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str, Any]) -> list[str]:
+    """Cross-encoder with classes: the model card's per-class table and confusion matrix."""
+    if ctx.options.mode != "cross" or ctx.options.label_type != "classes":
+        return []
+    from nlptasks.engine.report import classification_sections
+
+    return classification_sections(ctx, trainer, data, metrics)
+
+
 # ---------------------------------------------------------------------------------------------
 # Step 10: inference
 # ---------------------------------------------------------------------------------------------

@@ -98,7 +98,8 @@ class BiEncoderPredictor:
         self.batch_size = batch_size
 
     def embed(self, texts: list[str], progress: bool = False) -> Any:
-        """L2-normalised embeddings (NumPy, one row per text, input order), length-sorted batches."""
+        """L2-normalised embeddings (NumPy, one row per text, input order); the texts are tokenized
+        once and batched in order of token count."""
         import numpy as np
         import torch
 
@@ -106,7 +107,9 @@ class BiEncoderPredictor:
 
         if not texts:
             return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)
+        order = sorted(range(len(texts)), key=lambda i: len(enc["input_ids"][i]))  # by tokens: least padding
+        device = next(self.model.parameters()).device
         out: list[Any] = [None] * len(texts)
         starts: Any = range(0, len(order), self.batch_size)
         if progress:
@@ -116,13 +119,15 @@ class BiEncoderPredictor:
         with torch.inference_mode():
             for start in starts:
                 idx = order[start : start + self.batch_size]
-                enc = self.tokenizer(
-                    [texts[i] for i in idx], truncation=True, max_length=self.max_length, padding=True, return_tensors="pt"
+                batch = self.tokenizer.pad(
+                    [{"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i]} for i in idx],
+                    return_tensors="pt",
                 )
-                hidden = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
-                vectors = torch.nn.functional.normalize(pool(hidden, enc["attention_mask"], self.pooling), dim=-1)
+                ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+                vectors = torch.nn.functional.normalize(pool(hidden, mask, self.pooling).float(), dim=-1).cpu().numpy()
                 for j, i in enumerate(idx):
-                    out[i] = vectors[j].float().numpy()
+                    out[i] = vectors[j]
         return np.stack(out)
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:

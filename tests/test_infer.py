@@ -1,0 +1,194 @@
+"""``nlptasks infer`` on big inputs: streaming in chunks (bounded look-ahead), output formats,
+``--output``, the progress bar, ``--max-length``, the inference dtype, and a closed stdout."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, TINY
+
+TEXTS = ["这家酒店服务很好，房间也干净", "房间又脏又吵，太差了", "好", "早餐一般，位置不错，前台态度也还可以吧", "差"]
+
+
+@pytest.fixture(scope="module")
+def cls_run(tmp_path_factory):
+    """A tiny cls run (seconds)."""
+    from nlptasks.cli import main
+
+    runs = tmp_path_factory.mktemp("infer-runs")
+    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress"]
+    for s in [*TINY, "train.epochs=1", "data.max_train_rows=300", f"output.dir={runs}", "output.run_name=t"]:
+        argv += ["--set", s]
+    assert main(argv) == 0
+    return runs / "cls" / "t"
+
+
+def lines_file(path: Path, n: int) -> Path:
+    path.write_text("".join(f"{i} {TEXTS[i % len(TEXTS)]}\n" for i in range(n)), encoding="utf-8")
+    return path
+
+
+def test_ten_thousand_lines_stream_through_in_order(cls_run, cli, tmp_path):
+    src = lines_file(tmp_path / "big.txt", 10_000)
+    out = tmp_path / "out" / "pred.jsonl"
+    code, stdout, err = cli("infer", "--model", cls_run, "--file", src, "--output", out, "--chunk-rows", "1000",
+                            "--batch-size", "64", "--progress")
+    assert code == 0, err
+    assert stdout == ""  # results went to --output
+    results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(results) == 10_000
+    assert [r["text"] for r in results] == [f"{i} {TEXTS[i % len(TEXTS)]}" for i in range(10_000)]
+    assert {r["label"] for r in results} <= {"正面", "负面"}
+    # the progress bar: rows out of the counted total, and a rate
+    assert "10000/10000" in err and "rows/s" in err
+
+
+def test_streaming_reads_at_most_one_chunk_ahead(cls_run, tmp_path):
+    """The file reader is lazy and each chunk's results are written before the next chunk is read:
+    the rows read so far never exceed the rows written by more than one chunk."""
+    from nlptasks.engine.runner import load_predictor
+    from nlptasks.engine.streaming import iter_rows, stream_predictions
+
+    src = lines_file(tmp_path / "big.txt", 5_000)
+    size = src.stat().st_size
+    predictor = load_predictor(cls_run)
+    read = written = 0
+    seen_positions = []
+    with src.open("rb") as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8")
+
+        def counting():
+            nonlocal read
+            for row in iter_rows(text, "txt"):
+                read += 1
+                yield row
+
+        def write(results):
+            nonlocal written
+            assert read - written <= 500, (read, written)
+            written += len(results)
+            seen_positions.append(raw.tell())
+
+        done = stream_predictions(predictor, counting(), write, chunk_rows=500)
+    assert done == written == read == 5_000
+    # the bytes read from the file when the first chunk was written: a buffer's worth, not the file
+    assert seen_positions[0] < size / 3, (seen_positions[0], size)
+    assert seen_positions == sorted(seen_positions)
+
+
+def test_chunked_output_equals_one_batch(cls_run, cli, tmp_path):
+    src = lines_file(tmp_path / "in.txt", 301)
+    code, whole, err = cli("infer", "--model", cls_run, "--file", src, "--chunk-rows", "1000")
+    assert code == 0, err
+    code, chunked, err = cli("infer", "--model", cls_run, "--file", src, "--chunk-rows", "7", "--batch-size", "3")
+    assert code == 0, err
+    a = [json.loads(line) for line in whole.splitlines()]
+    b = [json.loads(line) for line in chunked.splitlines()]
+    assert [r["label"] for r in a] == [r["label"] for r in b]
+    assert [r["score"] for r in a] == pytest.approx([r["score"] for r in b], abs=1e-4)
+
+
+def test_csv_output_and_csv_input(cls_run, cli, tmp_path):
+    src = tmp_path / "in.csv"
+    with src.open("w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "text"])
+        w.writerows([(i, t) for i, t in enumerate(TEXTS)])
+    out = tmp_path / "out.csv"  # the extension picks csv
+    code, _, err = cli("infer", "--model", cls_run, "--file", src, "--output", out)
+    assert code == 0, err
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert [r["text"] for r in rows] == TEXTS
+    assert list(rows[0]) == ["text", "label", "score"]
+    code, stdout, err = cli("infer", "--model", cls_run, "--format", "csv", *TEXTS[:2])
+    assert code == 0, err
+    assert stdout.splitlines()[0] == "text,label,score" and len(stdout.splitlines()) == 3
+
+
+def test_bad_row_in_a_later_chunk_names_the_file_row(cls_run, cli, tmp_path):
+    src = tmp_path / "in.jsonl"
+    rows = [{"text": t} for t in TEXTS * 3] + [{"body": "x"}]
+    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    code, _, err = cli("infer", "--model", cls_run, "--file", src, "--chunk-rows", "4")
+    assert code == 2
+    assert f"{src}:16: no 'text' field; fields: body" in err
+
+
+def test_unknown_format_lists_the_formats(cls_run, cli):
+    code, _, err = cli("infer", "--model", cls_run, "--format", "xml", "好")
+    assert code == 2
+    assert "--format xml: the 'cls' task does not read or write this format (formats: jsonl, csv)" in err
+
+
+def test_max_length_cuts_inputs(cls_run, cli):
+    long = "服务很好" * 40
+    code, out, err = cli("infer", "--model", cls_run, "--max-length", "8", long, long[:6])
+    assert code == 0, err
+    a, b = (json.loads(line) for line in out.splitlines())
+    # 8 tokens = [CLS] + 6 characters + [SEP]: the long text is cut to its first 6 characters
+    assert a["score"] == pytest.approx(b["score"], abs=1e-6) and a["label"] == b["label"]
+    code, _, err = cli("infer", "--model", cls_run, "--max-length", "2", "好")
+    assert code == 2 and "--max-length must be at least 8" in err
+
+
+def test_inference_stays_fp32_on_cpu_and_bf16_needs_a_gpu(cls_run, cli):
+    import torch
+
+    from nlptasks.engine.inference import inference_precision, set_inference_precision
+    from nlptasks.engine.runner import load_predictor
+
+    if torch.cuda.is_available():
+        pytest.skip("this checks the CPU path")
+    assert inference_precision() == ("cpu", "fp32")
+    predictor = load_predictor(cls_run)
+    assert predictor.model.dtype == torch.float32
+    assert next(predictor.model.parameters()).device.type == "cpu"
+    code, _, err = cli("infer", "--model", cls_run, "--precision", "bf16", "好")
+    set_inference_precision("auto")
+    assert code == 2
+    assert "--precision bf16: needs a CUDA GPU with bf16 support; this machine has no GPU" in err
+
+
+def test_a_closed_stdout_ends_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "nlptasks", "plugins"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # like `nlptasks plugins | head -0`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_stdin_streams_too(cls_run, cli, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{t}\n" for t in TEXTS * 3)))
+    code, out, err = cli("infer", "--model", cls_run, "--chunk-rows", "4")
+    assert code == 0, err
+    assert [json.loads(line)["text"] for line in out.splitlines()] == TEXTS * 3
+
+
+def test_a_task_format_streams_chunk_by_chunk(tmp_path, cli):
+    """CoNLL in, CoNLL out (ner's own format), read and written in chunks: the same file as in one go."""
+    runs = tmp_path / "runs"
+    argv = ["run", str(RECIPES / "ner.toml"), "--no-progress"]
+    for s in [*TINY, "train.epochs=1", "data.max_train_rows=200", f"output.dir={runs}", "output.run_name=t"]:
+        argv += ["--set", s]
+    code, _, err = cli(*argv)
+    assert code == 0, err
+    rows = [json.loads(line) for line in (RECIPES / "data" / "ner" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
+    src = tmp_path / "in.conll"
+    src.write_text("".join("".join(f"{t}\tO\n" for t in r["tokens"]) + "\n" for r in rows[:25]), encoding="utf-8")
+    code, whole, err = cli("infer", "--model", runs / "ner" / "t", "--file", src)
+    assert code == 0, err
+    out = tmp_path / "out.conll"
+    code, _, err = cli("infer", "--model", runs / "ner" / "t", "--file", src, "--chunk-rows", "4", "--output", out)
+    assert code == 0, err
+    assert out.read_text(encoding="utf-8") == whole
+    sentences = [block for block in whole.split("\n\n") if block.strip()]
+    assert len(sentences) == 25
+    assert [len(s.splitlines()) for s in sentences] == [len(r["tokens"]) for r in rows[:25]]
