@@ -11,6 +11,7 @@ import csv
 import json
 import random
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,19 +100,8 @@ def _read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
                 rows = [dict.fromkeys(reader.fieldnames, None)][:0]
             return rows
     if fmt == "jsonl":
-        rows = []
         with path.open(encoding="utf-8-sig") as fh:
-            for i, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=str(path), row=i) from None
-                if not isinstance(obj, dict):
-                    raise DataError("each line must be a JSON object", path=str(path), row=i)
-                rows.append(obj)
-        return rows
+            return list(iter_jsonl(fh, str(path)))
     if fmt == "json":
         try:
             obj = json.loads(path.read_text(encoding="utf-8-sig"))
@@ -337,3 +327,19 @@ def split_data(ctx: RunContext, data: DatasetDict) -> DatasetDict:
         ", ".join(f"{k} {len(v)}" for k, v in out.items()),
     )
     return out
+
+
+def iter_jsonl(lines: Iterable[str], name: str) -> Iterator[dict[str, Any]]:
+    """The objects of a JSON-lines stream, one per non-blank line, read lazily (training files
+    and ``nlptasks infer --file`` streams alike); a line that is not a JSON object is a
+    :class:`DataError` naming ``name`` and the line number."""
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=name, row=i) from None
+        if not isinstance(obj, dict):
+            raise DataError("each line must be a JSON object", path=name, row=i)
+        yield obj

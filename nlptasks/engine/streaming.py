@@ -38,16 +38,9 @@ def iter_rows(stream: TextIO, kind: str, name: str = "<stdin>") -> Iterator[Any]
                                 f"{len(reader.fieldnames)} (unquoted comma?)", path=name, row=i)
             yield dict(row)
     elif kind == "jsonl":
-        for i, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=name, row=i) from None
-            if not isinstance(obj, dict):
-                raise DataError("each line must be a JSON object", path=name, row=i)
-            yield obj
+        from nlptasks.engine.data import iter_jsonl
+
+        yield from iter_jsonl(stream, name)
     else:
         for line in stream:
             line = line.rstrip("\r\n")
