@@ -91,3 +91,10 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its class name when the message is empty): what
+    an error of ours quotes from a library's exception."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

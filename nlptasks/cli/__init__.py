@@ -36,6 +36,13 @@ examples:
 """
 
 
+def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
+    """The RECIPE argument and the repeatable ``--set KEY=VALUE`` of the commands that read a recipe."""
+    p.add_argument("recipe", help="recipe file (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from nlptasks import __version__
 
@@ -66,9 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a recipe without running it",
                        description="Validate a recipe: report every problem with its key path.")
-    p.add_argument("recipe", help="recipe file (TOML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key (repeatable)")
+    add_recipe_arguments(p)
     p.add_argument("--show", action="store_true", help="print the resolved recipe (defaults filled in)")
     p.set_defaults(func=cmd_validate)
 
@@ -77,9 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "report label sets that differ between splits, class balance, empty and "
                                    "duplicate rows, train/validation/test overlap, what model.max_length would "
                                    "cut, and the task's own defects. Exits 1 when there are errors.")
-    p.add_argument("recipe", help="recipe file (TOML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key (repeatable)")
+    add_recipe_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
     p.set_defaults(func=cmd_check)
 
@@ -134,9 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect-batch", help="show the tokens a recipe feeds the model, and which are in the loss",
                        description="Run steps 1-4 of a recipe (no model, no training) and print examples token by "
                                    "token with their labels; fail if an example has no token in the loss.")
-    p.add_argument("recipe", help="recipe file (TOML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key (repeatable)")
+    add_recipe_arguments(p)
     p.add_argument("--split", default="train", help="which split to show (default: train)")
     p.add_argument("--rows", type=int, default=3, help="how many examples to show (default: 3)")
     p.set_defaults(func=cmd_inspect_batch)
@@ -165,9 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "gradient accumulation, gradient checkpointing, Adafactor (8-bit AdamW on CUDA), "
                                    "frozen body, shorter max length, LoRA, QLoRA. The model is built on the meta "
                                    "device (exact parameter counts, no weights loaded). See docs/plan.md.")
-    p.add_argument("recipe", help="recipe file (TOML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key (repeatable)")
+    add_recipe_arguments(p)
     p.add_argument("--gpu-mem", metavar="SIZE",
                    help="a memory budget, e.g. 24GiB: name the first rung (the fastest) whose estimate fits, "
                         "with the largest micro-batch that keeps the effective batch")
@@ -190,9 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "fresh process, inputs padded to model.max_length) and print the strategy, "
                                      "what it targets, the measured peak memory (CUDA max allocated, or on CPU the "
                                      "peak RSS), seconds per step and samples per second. See docs/plan.md.")
-    b.add_argument("recipe", help="recipe file (TOML)")
-    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key (repeatable)")
+    add_recipe_arguments(b)
     b.add_argument("--steps", type=int, default=10, metavar="N", help="optimizer steps per rung (default: 10)")
     b.add_argument("--rungs", metavar="NAMES", help="only these rungs, comma-separated (e.g. baseline,accumulation)")
     b.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per rung (default: 600)")

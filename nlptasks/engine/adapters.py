@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean
+from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean, first_line
 from nlptasks.peft_support import MERGEABLE
 
 if TYPE_CHECKING:
@@ -316,7 +316,7 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         with _quiet_peft():
             model = get_peft_model(model, config)
     except (ValueError, TypeError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         key = "peft.target_modules" if cfg.method in ("lora", "ia3") else "peft.method"
         raise RecipeError(
             "recipe",
@@ -476,7 +476,7 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
         )
     except OSError as exc:
         where = run_dir / base["path"] if base["kind"] == "scratch" else base["name_or_path"]
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise NlptasksError(
             f"{run_dir}: cannot load the run's frozen base from {where}: {first}",
             hint="A pretrained base loads from the hub (needs internet or a filled cache) or its local folder.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.errors import NlptasksError, Problem, RecipeError
+from nlptasks.errors import NlptasksError, Problem, RecipeError, first_line
 
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
@@ -46,7 +46,7 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
                 **config,
             )
         except Exception as exc:  # noqa: BLE001 - offline, typo, wrong architecture
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise NlptasksError(
                 f"model.name_or_path: cannot load {model_cfg.name_or_path!r} as {auto_class}: {first}",
                 hint="A hub id needs internet (or a filled cache). Offline, use [model.scratch] (see recipes/cls.toml).",
@@ -83,7 +83,7 @@ def _build_on_meta(ctx: RunContext, cls: Any, auto_class: str, **config: Any) ->
                 )
                 model = cls.from_config(cfg, trust_remote_code=model_cfg.trust_remote_code)
             except Exception as exc:  # noqa: BLE001 - offline, typo, wrong architecture
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                first = first_line(exc)
                 raise NlptasksError(
                     f"model.name_or_path: cannot read the config of {model_cfg.name_or_path!r} for {auto_class}: {first}",
                     hint="A hub id needs internet (or a filled cache); a local folder needs its config.json.",
@@ -174,7 +174,7 @@ def build_from_scratch(ctx: RunContext, cls: Any, **config: Any) -> Any:
         cfg = AutoConfig.for_model(scratch.architecture, **values)
         return cls.from_config(cfg)
     except Exception as exc:  # noqa: BLE001 - e.g. a head this architecture does not have
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise RecipeError(
             "recipe", [Problem("model.scratch", f"cannot build {scratch.architecture!r} with this head: {first}")]
         ) from None

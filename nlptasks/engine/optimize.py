@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.errors import NlptasksError, Problem, RecipeError
+from nlptasks.errors import NlptasksError, Problem, RecipeError, first_line
 
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
@@ -108,7 +108,7 @@ def set_attention(model: Any, implementation: str) -> None:
     try:
         model.set_attn_implementation(implementation)
     except (ValueError, ImportError, AttributeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise RecipeError(
             "recipe", [Problem("optimize.attention", f"{type(model).__name__} cannot use {implementation!r}: {first}")]
         ) from None

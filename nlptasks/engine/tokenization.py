@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.errors import NlptasksError
+from nlptasks.errors import NlptasksError, first_line
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -76,7 +76,7 @@ def load_pretrained_tokenizer(name: str, revision: str | None = None, trust_remo
     try:
         return AutoTokenizer.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
     except Exception as exc:  # noqa: BLE001 - offline, typo, private repo
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise NlptasksError(
             f"model.name_or_path: cannot load a tokenizer from {name!r}: {first}",
             hint="A hub id needs internet (or a filled cache); a folder needs tokenizer files. "
