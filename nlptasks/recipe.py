@@ -316,6 +316,11 @@ class TrainConfig(Section):
     group_by_length: bool = Field(
         False, description="Draw training batches of similar lengths (less padding, faster)."
     )
+    sort_eval_by_length: bool = Field(
+        True,
+        description="Evaluate and predict in batches of similar length, longest first, with the results put "
+        "back in the data's order (less padding; the same predictions). Off: the data's order.",
+    )
     report_to: list[Literal["tensorboard"]] = Field(
         default_factory=list,
         description="Experiment trackers to log to: [\"tensorboard\"] writes event files to <run>/tensorboard "

@@ -281,6 +281,57 @@ def test_padding_and_length_grouping(tmp_path):
     assert sum(len(b["input_ids"]) for b in grouped.batches) == sum(len(b["input_ids"]) for b in dynamic.batches) == 64
 
 
+class EvalProbe(Probe):
+    """Also records each evaluation/prediction batch's rows (tokens per row) and the data."""
+
+    def __init__(self):
+        super().__init__()
+        self.eval_batches: list[list[int]] = []
+        self.data = None
+
+    @hookimpl(wrapper=True)
+    def nlptasks_train(self, ctx, trainer, data):
+        self.data, self.trainer = data, trainer
+        step = trainer.prediction_step
+
+        def recording_step(model, inputs, *args, **kwargs):
+            self.eval_batches.append(inputs["attention_mask"].sum(1).tolist())
+            return step(model, inputs, *args, **kwargs)
+
+        trainer.prediction_step = recording_step
+        return (yield)
+
+
+def test_evaluation_batches_are_length_sorted_and_results_come_back_in_data_order(tmp_path):
+    settings = ["model.max_length=256", "train.eval_batch_size=4", "data.max_eval_rows=24"]
+    probe, result, _ = train(tmp_path / "sorted", *settings, probe=EvalProbe())
+    plain, plain_result, _ = train(tmp_path / "plain", *settings, "train.sort_eval_by_length=false", probe=EvalProbe())
+
+    validation = probe.data["validation"]
+    lengths = [len(x) for x in validation["input_ids"]]
+    rows = [n for batch in probe.eval_batches[:6] for n in batch]  # the validation pass: 24 rows in 6 batches
+    assert rows == sorted(lengths, reverse=True)  # longest first
+    assert [n for batch in plain.eval_batches[:6] for n in batch] == lengths  # off: the data's order
+    assert sum(max(b) * len(b) for b in probe.eval_batches[:6]) < sum(max(b) * len(b) for b in plain.eval_batches[:6])
+
+    # the same predictions either way, and in the data's order (labels line up with the rows)
+    sorted_out = probe.trainer.predict(validation)
+    plain_out = plain.trainer.predict(validation)
+    assert sorted_out.label_ids.tolist() == validation["labels"]
+    assert sorted_out.predictions.argmax(-1).tolist() == plain_out.predictions.argmax(-1).tolist()
+    assert abs(sorted_out.predictions - plain_out.predictions).max() < 1e-4
+    assert result.metrics["validation"]["accuracy"] == plain_result.metrics["validation"]["accuracy"]
+    assert result.metrics["validation"]["loss"] == pytest.approx(plain_result.metrics["validation"]["loss"], abs=1e-5)
+
+
+def test_length_grouped_training_keeps_evaluation_in_order(tmp_path):
+    # transformers 5 would length-group the evaluation sampler too; the engine keeps it in order
+    probe, _, _ = train(tmp_path, "train.group_by_length=true", "train.sort_eval_by_length=false",
+                        "train.eval_batch_size=4", probe=EvalProbe())
+    lengths = [len(x) for x in probe.data["validation"]["input_ids"]]
+    assert [n for batch in probe.eval_batches[:4] for n in batch] == lengths
+
+
 @pytest.mark.parametrize(("precision", "dtype"), [("auto", torch.float32), ("bf16", torch.bfloat16)])
 def test_precision_reaches_the_forward_pass(tmp_path, precision, dtype):
     seen: list = []

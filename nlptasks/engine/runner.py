@@ -254,6 +254,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         model = apply_peft(ctx, model, data)
     compute_metrics = hooks.nlptasks_metrics(ctx=ctx)  # 6
 
+    from nlptasks.engine.ordering import order_evaluation
     from nlptasks.engine.training import guard_trainer, training_kwargs, use_readable_logs
 
     has_validation = "validation" in data and len(data["validation"]) > 0
@@ -269,6 +270,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         )
         use_readable_logs(trainer, ctx, progress)
         guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
+        order_evaluation(trainer, ctx)  # length-sorted evaluation batches, results in data order
         return trainer
 
     metrics, trainer = train_with_oom_fallback(  # 9

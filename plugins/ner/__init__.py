@@ -430,26 +430,6 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
     return DataCollatorForTokenClassification(ctx.tokenizer)
 
 
-@hookimpl
-def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
-    """The engine's Trainer, except that evaluation reads windows in dataset order.
-
-    transformers 5 also length-groups the *evaluation* sampler when
-    ``train_sampling_strategy = "group_by_length"``; the metrics map predictions back to
-    sentences by position, so evaluation must stay sequential.
-    """
-    from torch.utils.data import SequentialSampler
-    from transformers import Trainer
-
-    class WindowTrainer(Trainer):
-        def _get_eval_sampler(self, eval_dataset: Any) -> Any:
-            return SequentialSampler(eval_dataset)
-
-    from nlptasks.engine.training import build_trainer
-
-    return build_trainer(WindowTrainer, ctx, model, args, data, data_collator, compute_metrics)
-
-
 # --------------------------------------------------------------------------------------------
 # Step 9: train, then evaluate each split on whole sentences
 # --------------------------------------------------------------------------------------------

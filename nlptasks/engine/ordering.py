@@ -1,0 +1,144 @@
+"""Evaluation and prediction order: length-sorted batches, results in the dataset's order.
+
+Trainer evaluates in dataset order, padding each batch to its longest example; batches that mix a
+short and a long example are mostly padding.  With ``train.sort_eval_by_length`` (the default) the
+engine feeds evaluation and ``trainer.predict`` the examples longest first, so each batch holds
+examples of similar length, and puts the predictions (and labels, inputs, losses) back in the
+dataset's order before ``compute_metrics`` sees them and before ``predict`` returns them: tasks
+that map predictions back by position (NER windows, pairs) see no difference.  The first batch is
+the longest, so an evaluation that does not fit in memory fails at once.
+
+Without sorting, evaluation is sequential in every case: transformers 5 otherwise length-groups
+the evaluation sampler too when ``train_sampling_strategy = "group_by_length"``, without putting
+the order back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nlptasks.context import RunContext
+
+
+def example_lengths(dataset: Any) -> Any:
+    """Tokens per example (``input_ids`` and any ``*input_ids`` column summed), or ``None`` when
+    the dataset has no such column or no length (an iterable dataset)."""
+    import numpy as np
+
+    names = getattr(dataset, "column_names", None)
+    if not names:
+        return None
+    columns = [c for c in names if c.endswith("input_ids")]
+    if not columns:
+        return None
+    plain = dataset.with_format(None)
+    lengths = np.zeros(len(dataset), dtype=np.int64)
+    for column in columns:
+        lengths += np.fromiter((len(x) for x in plain[column]), dtype=np.int64, count=len(dataset))
+    return lengths
+
+
+def longest_first(lengths: Any) -> Any:
+    """Indices by length, longest first; ties keep the dataset order."""
+    import numpy as np
+
+    return np.argsort(-np.asarray(lengths), kind="stable")
+
+
+def restore(value: Any, order: Any) -> Any:
+    """``value`` given in ``order`` (row ``k`` is dataset row ``order[k]``) put back in dataset
+    order; tuples, lists and dicts of arrays are restored element by element, anything whose
+    first dimension is not the number of rows is returned as it is."""
+    import numpy as np
+
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)):
+        return type(value)(restore(v, order) for v in value)
+    if isinstance(value, dict):
+        return {k: restore(v, order) for k, v in value.items()}
+    if getattr(value, "ndim", 0) >= 1 and len(value) == len(order):
+        out = np.empty_like(value)
+        out[order] = value
+        return out
+    return value
+
+
+def order_evaluation(trainer: Any, ctx: RunContext) -> None:
+    """Install the evaluation order on ``trainer`` (whatever its class): length-sorted with the
+    order restored when ``train.sort_eval_by_length`` is on and padding is dynamic, else
+    sequential."""
+    from torch.utils.data import Sampler, SequentialSampler
+    from transformers import EvalPrediction
+
+    train = ctx.recipe.train
+    sort = train.sort_eval_by_length and train.padding == "dynamic"
+    current: dict[str, Any] = {"order": None}
+    cache: dict[Any, Any] = {}
+
+    class InOrder(Sampler):
+        def __init__(self, order: Any) -> None:
+            self.order = order
+
+        def __iter__(self) -> Any:
+            return iter(self.order.tolist())
+
+        def __len__(self) -> int:
+            return len(self.order)
+
+    def eval_sampler(dataset: Any) -> Any:
+        current["order"] = None
+        if dataset is None or not hasattr(dataset, "__len__"):
+            return None
+        if not sort:
+            return SequentialSampler(dataset) if trainer.args.world_size <= 1 else None
+        key = getattr(dataset, "_fingerprint", None) or id(dataset)
+        if key not in cache:
+            lengths = example_lengths(dataset)
+            cache[key] = None if lengths is None else longest_first(lengths)
+        order = cache[key]
+        if order is None:
+            return SequentialSampler(dataset) if trainer.args.world_size <= 1 else None
+        current["order"] = order
+        return InOrder(order)
+
+    trainer._get_eval_sampler = eval_sampler
+    if not sort:
+        return
+
+    def restored(prediction: Any) -> Any:
+        order = current["order"]
+        if order is None:
+            return prediction
+        return EvalPrediction(
+            predictions=restore(prediction.predictions, order),
+            label_ids=restore(prediction.label_ids, order),
+            inputs=restore(prediction.inputs, order),
+            losses=restore(prediction.losses, order),
+        )
+
+    class Metrics:
+        """``trainer.compute_metrics`` seen in dataset order (a plugin may swap it out and back)."""
+
+        def __init__(self, fn: Any) -> None:
+            self.fn = fn
+
+        def __call__(self, prediction: Any, *args: Any, **kwargs: Any) -> Any:
+            if trainer.args.batch_eval_metrics:  # per batch: order does not matter to an accumulator
+                return self.fn(prediction, *args, **kwargs)
+            return self.fn(restored(prediction), *args, **kwargs)
+
+    if trainer.compute_metrics is not None and not isinstance(trainer.compute_metrics, Metrics):
+        trainer.compute_metrics = Metrics(trainer.compute_metrics)
+    original_loop = trainer.evaluation_loop
+
+    def evaluation_loop(*args: Any, **kwargs: Any) -> Any:
+        output = original_loop(*args, **kwargs)
+        order = current["order"]
+        if order is None:
+            return output
+        return output._replace(predictions=restore(output.predictions, order),
+                               label_ids=restore(output.label_ids, order))
+
+    trainer.evaluation_loop = evaluation_loop
