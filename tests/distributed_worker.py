@@ -2,7 +2,8 @@
 
 ``python distributed_worker.py RECIPE OUT_DIR [--set K=V ...]`` runs the recipe through the
 engine with one extra plugin that records, per rank, which training examples each batch held
-(their token ids) and how many validation examples the metrics saw.  It writes
+(their token ids), how many validation examples the metrics saw and their labels in the order the
+metrics saw them (the data's order, also with length-sorted evaluation batches).  It writes
 ``OUT_DIR/rank<R>.json``; the run itself goes where the recipe's ``output.dir`` says.
 """
 
@@ -23,6 +24,8 @@ class Witness:
     def __init__(self) -> None:
         self.trained: list[list[int]] = []
         self.eval_counts: list[int] = []
+        self.eval_labels: list[list[int]] = []
+        self.validation_labels: list[int] = []
 
     @hookimpl(wrapper=True)
     def nlptasks_metrics(self, ctx):
@@ -30,12 +33,14 @@ class Witness:
 
         def metrics(prediction):
             self.eval_counts.append(len(prediction.label_ids))
+            self.eval_labels.append(prediction.label_ids.tolist())
             return {**inner(prediction), "examples": float(len(prediction.label_ids))}
 
         return metrics
 
     @hookimpl(wrapper=True)
     def nlptasks_train(self, ctx, trainer, data):
+        self.validation_labels = list(data["validation"]["labels"])
         step = trainer.training_step
 
         def recording_step(model, inputs, *args, **kwargs):  # what this rank trains on, unpadded
@@ -68,6 +73,8 @@ def main() -> None:
                 "run_dir": str(result.output_dir),
                 "trained": witness.trained,
                 "eval_counts": witness.eval_counts,
+                "eval_labels": witness.eval_labels,
+                "validation_labels": witness.validation_labels,
                 "global_step": witness.global_step,
                 "wrapped": witness.wrapped,
                 "metrics": result.metrics,

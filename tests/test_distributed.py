@@ -35,8 +35,19 @@ def _sets(*extra: str) -> list[str]:
     return out
 
 
-def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str) -> list[dict]:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str, accelerate: bool = False) -> list[dict]:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    if accelerate:  # accelerate's torchrun-based launcher; on CPU processes the engine asks for gloo
+        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(nproc),
+                    "--main_process_port", str(_free_port())]
     command = [*(launcher if nproc > 1 else [sys.executable]), str(WORKER), str(RECIPES / "cls.toml"), str(out),
                *_sets(f"output.dir={runs}", f"output.run_name={name}", *extra)]
     done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
@@ -70,10 +81,27 @@ def test_two_ranks_train_on_disjoint_shards_and_evaluate_everything(tmp_path):
     # evaluation gathered both ranks' predictions: every validation row, once
     assert ranks[0]["eval_counts"] == ranks[1]["eval_counts"] == single["eval_counts"]
     assert set(single["eval_counts"]) == {40}
+    # in the data's order although evaluation batches are length-sorted and split over two ranks
+    assert ranks[0]["eval_labels"] == single["eval_labels"]  # validation (each epoch, final), then test
+    assert single["eval_labels"][0] == single["eval_labels"][-2] == single["validation_labels"]
     saved = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     assert saved["validation"]["examples"] == 40
     # a per-rank mean loss, not the world-size multiple transformers reports for plain-mean losses
     assert saved["validation"]["loss"] == pytest.approx(single["metrics"]["validation"]["loss"], abs=0.1)
+
+
+def test_accelerate_launch_runs_the_same_ddp(tmp_path):
+    ranks = _worker(2, tmp_path / "w", tmp_path / "runs", "acc", accelerate=True)
+    assert ranks[0]["world_size"] == ranks[1]["world_size"] == 2
+    assert ranks[0]["run_dir"] == ranks[1]["run_dir"]
+    run_dir = Path(ranks[0]["run_dir"])
+    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"] == {
+        "world_size": 2, "backend": "gloo"}
+    assert (run_dir / "COMPLETE").exists()
+    shard0, shard1 = Counter(map(tuple, ranks[0]["trained"])), Counter(map(tuple, ranks[1]["trained"]))
+    assert sum(shard0.values()) == sum(shard1.values()) == 48 and shard0 != shard1
+    assert ranks[0]["global_step"] == ranks[1]["global_step"] == 6
+    assert ranks[0]["eval_labels"][0] == ranks[0]["eval_labels"][-2] == ranks[0]["validation_labels"]
 
 
 def test_run_nproc_starts_torchrun_and_only_rank_0_prints(tmp_path):
