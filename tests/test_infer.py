@@ -138,22 +138,39 @@ def test_max_length_cuts_inputs(cls_run, cli):
     assert code == 2 and "--max-length must be at least 8" in err
 
 
-def test_inference_stays_fp32_on_cpu_and_bf16_needs_a_gpu(cls_run, cli):
+def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cli, monkeypatch):
     import torch
 
-    from nlptasks.engine.inference import inference_precision, set_inference_precision
+    from nlptasks.engine import inference
     from nlptasks.engine.runner import load_predictor
 
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU path")
-    assert inference_precision() == ("cpu", "fp32")
+    assert inference.inference_precision() == ("cpu", "fp32")  # auto: fp32 on a CPU, whatever it has
     predictor = load_predictor(cls_run)
     assert predictor.model.dtype == torch.float32
     assert next(predictor.model.parameters()).device.type == "cpu"
+    texts = [TEXTS[i % len(TEXTS)] * (1 + i % 3) for i in range(12)]
+    code, fp32_out, err = cli("infer", "--model", cls_run, *texts)
+    assert code == 0, err
+
+    if inference.cpu_has_bf16():  # e.g. AVX-512 BF16 (this project's machines): bf16 runs on the CPU
+        try:
+            code, bf16_out, err = cli("infer", "--model", cls_run, "--precision", "bf16", *texts)
+            with inference.precision_for_loading("bf16"):
+                assert load_predictor(cls_run).model.dtype == torch.bfloat16
+        finally:
+            inference.set_inference_precision("auto")
+        assert code == 0, err
+        fp32 = [json.loads(line) for line in fp32_out.splitlines()]
+        bf16 = [json.loads(line) for line in bf16_out.splitlines()]
+        assert [r["text"] for r in bf16] == texts
+        assert max(abs(a["score"] - b["score"]) for a, b in zip(fp32, bf16, strict=True)) < 0.02
+    monkeypatch.setattr(inference, "cpu_has_bf16", lambda: False)  # a CPU without it
     code, _, err = cli("infer", "--model", cls_run, "--precision", "bf16", "好")
-    set_inference_precision("auto")
+    inference.set_inference_precision("auto")
     assert code == 2
-    assert "--precision bf16: needs a CUDA GPU with bf16 support; this machine has no GPU" in err
+    assert "--precision bf16: needs a CUDA GPU with bf16 support or a CPU with native bf16" in err
 
 
 def test_a_closed_stdout_ends_quietly():
