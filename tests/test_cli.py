@@ -153,6 +153,22 @@ def test_help_is_instant_and_imports_nothing_heavy():
     assert time.perf_counter() - start < 3  # interpreter start included; generous for a loaded CI box
 
 
+def test_validate_notes_what_this_machine_cannot_run(cli):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks a machine without CUDA")
+    code, out, err = cli("validate", str(RECIPES / "hub" / "sft-qwen-qlora.toml"))
+    assert code == 0 and out.startswith("ok: ")  # a valid recipe, for a GPU
+    assert "note: valid, but `nlptasks run` refuses it on this machine:" in err
+    assert "note:   peft.quantization: '4bit' loads the base with bitsandbytes, which needs a CUDA GPU" in err
+    assert "--set peft.quantization=none" in err
+    code, _, err = cli("validate", str(RECIPES / "cls.toml"), "--set", "train.precision=fp16")
+    assert code == 0 and "train.precision: fp16 needs a CUDA GPU" in err and "--set train.precision=auto" in err
+    code, _, err = cli("validate", str(RECIPES / "cls.toml"))
+    assert code == 0 and "refuses" not in err
+
+
 def test_validate_and_plugins_and_schema(cli):
     code, out, _ = cli("validate", QUICKSTART)
     assert code == 0 and out.startswith("ok: ")

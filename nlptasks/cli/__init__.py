@@ -304,7 +304,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(dump_toml(loaded.resolved()), end="")
     else:
         print(f"ok: {args.recipe}: task {loaded.task.name!r}, data {data}, model {model}")
+    _note_machine(loaded)
     return 0
+
+
+def _note_machine(loaded) -> None:  # noqa: ANN001 (LoadedRecipe; imported lazily)
+    """A valid recipe may still ask for what this machine lacks (a CUDA GPU, bitsandbytes): say so
+    as a note, with the settings that run here, as ``run`` would refuse it at start."""
+    from nlptasks.engine.adapters import check_machine, machine_problems
+    from nlptasks.errors import RecipeError
+
+    if not machine_problems(loaded.recipe, cuda=False, bitsandbytes=False):
+        return  # asks for nothing machine-specific: no need to load torch to find out
+    try:
+        check_machine(loaded.recipe, str(loaded.path))
+    except RecipeError as exc:
+        print("note: valid, but `nlptasks run` refuses it on this machine:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"note:   {problem}", file=sys.stderr)
+        if exc.hint:
+            print(f"note: {exc.hint}", file=sys.stderr)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

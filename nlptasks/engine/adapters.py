@@ -129,6 +129,7 @@ _CPU_VALUES = {
     "optimize.optimizer": "adamw_torch",
     "optimize.tf32": "false",
     "train.extra.fsdp": "false",
+    "train.precision": "auto",
 }
 
 
