@@ -11,7 +11,7 @@ import csv
 import json
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -333,13 +333,31 @@ def iter_jsonl(lines: Iterable[str], name: str) -> Iterator[dict[str, Any]]:
     """The objects of a JSON-lines stream, one per non-blank line, read lazily (training files
     and ``nlptasks infer --file`` streams alike); a line that is not a JSON object is a
     :class:`DataError` naming ``name`` and the line number."""
+    for _, obj in numbered_jsonl(lines, name):
+        yield obj
+
+
+def numbered_jsonl(
+    lines: Iterable[str], name: str, on_invalid: Callable[[int], None] | None = None, hint: str | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of a JSON-lines stream, read lazily.
+
+    A line that is not a JSON object is a :class:`DataError` naming ``name``, the line and
+    ``hint``; with ``on_invalid`` it is passed the line number instead and skipped (a plugin's
+    "skip bad rows" option, counted there)."""
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=name, row=i) from None
+            if on_invalid is not None:
+                on_invalid(i)
+                continue
+            raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=name, row=i, hint=hint) from None
         if not isinstance(obj, dict):
-            raise DataError("each line must be a JSON object", path=name, row=i)
-        yield obj
+            if on_invalid is not None:
+                on_invalid(i)
+                continue
+            raise DataError("each line must be a JSON object", path=name, row=i, hint=hint)
+        yield i, obj

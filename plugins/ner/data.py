@@ -86,31 +86,18 @@ def write_conll(sentences: list[tuple[list[str], list[str]]], stream: Any) -> No
 def read_jsonl(path: Path, skip_invalid: bool = False) -> tuple[list[dict[str, Any]], int]:
     """Objects of a jsonl file, each with its line number in ``__line__``, and how many invalid
     lines were skipped (``skip_invalid``; otherwise an invalid line is a :class:`DataError`)."""
-    rows, skipped = [], 0
+    from nlptasks.engine.data import numbered_jsonl
+
+    skipped: list[int] = []
+    rows = []
     with path.open(encoding="utf-8-sig") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                if skip_invalid:
-                    skipped += 1
-                    continue
-                raise DataError(
-                    f"invalid JSON: {exc.msg} (column {exc.colno})",
-                    path=str(path),
-                    row=number,
-                    hint="Fix the line, or skip bad rows with --set options.skip_invalid_rows=true.",
-                ) from None
-            if not isinstance(obj, dict):
-                if skip_invalid:
-                    skipped += 1
-                    continue
-                raise DataError("each line must be a JSON object", path=str(path), row=number)
+        for number, obj in numbered_jsonl(
+            fh, str(path), on_invalid=skipped.append if skip_invalid else None,
+            hint="Fix the line, or skip bad rows with --set options.skip_invalid_rows=true.",
+        ):
             obj[LINE] = number
             rows.append(obj)
-    return rows, skipped
+    return rows, len(skipped)
 
 
 def is_conll(path: Path) -> bool:
