@@ -41,16 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "point it at a copy for smoke runs)")
 
 
-def command_line(argv: list[str] | None = None) -> str:
-    """The command as run: ``python benchmarks/x.py ARGS``, with ``OMP_NUM_THREADS=N`` first if set."""
-    argv = sys.argv if argv is None else argv
-    script = Path(argv[0])
-    try:
-        script = script.resolve().relative_to(ROOT)
-    except ValueError:
-        pass
+def command_line(script: str, args: list[str] | None = None) -> str:
+    """The command as run: ``python benchmarks/x.py ARGS``, with ``OMP_NUM_THREADS=N`` first if set.
+
+    ``args`` are the script's arguments (default: ``sys.argv[1:]``).
+    """
+    path = Path(script).resolve()
+    shown = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
     env = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
-    return env + shlex.join(["python", str(script), *argv[1:]])
+    return env + shlex.join(["python", shown, *(sys.argv[1:] if args is None else args)])
 
 
 def cpu_model() -> str:
@@ -89,9 +88,10 @@ class RunInfo:
                 f"1-minute load average {self.load:.1f} at the start.")
 
 
-def start(argv: list[str] | None = None) -> RunInfo:
-    """Record the command, the time and the load average; call it before the benchmark's work."""
-    return RunInfo(command_line(argv), _dt.datetime.now(_dt.timezone.utc), os.getloadavg()[0])
+def start(script: str, args: list[str] | None = None) -> RunInfo:
+    """Record the command (``script`` with ``args``, default ``sys.argv[1:]``), the time and the load
+    average; call it before the benchmark's work."""
+    return RunInfo(command_line(script, args), _dt.datetime.now(_dt.timezone.utc), os.getloadavg()[0])
 
 
 def block_name(script: str, suffix: str | None = None) -> str:

@@ -29,7 +29,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=7, help="timed runs per command (default: 7)")
     _docs.add_arguments(p)
     args = p.parse_args()
-    info = _docs.start()
+    info = _docs.start(__file__)
     rows, ok = [], True
     for argv, goal in COMMANDS:
         cmd = [sys.executable, "-m", "nlptasks", *argv]

@@ -69,7 +69,7 @@ def main() -> int:
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
-    info = _docs.start()
+    info = _docs.start(__file__)
     predictor = nlptasks.load(run_dir)
     predictor([t for t in texts[:32]])  # warm-up
 
