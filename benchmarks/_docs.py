@@ -20,6 +20,7 @@ offer ``--docs`` and have a block in docs/benchmarks.md (tests/test_benchmarks.p
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as _dt
 import os
 import platform
@@ -129,3 +130,19 @@ def replace_block(path: Path, name: str, content: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text, encoding="utf-8")
+
+
+def benchmark_scripts(folder: Path = ROOT / "benchmarks") -> list[Path]:
+    """The benchmarks in ``folder``: every ``*.py`` not starting with ``_`` and not declaring ``PEER_OF``.
+
+    Read from the source (no import: a plain side imports torch at module level).
+    """
+    return [path for path in sorted(folder.glob("[!_]*.py")) if peer_of(path) is None]
+
+
+def peer_of(path: Path) -> str | None:
+    """The module-level ``PEER_OF`` string of a script (the benchmark it is the plain side of), or None."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PEER_OF" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return None
