@@ -157,8 +157,8 @@ def render_table(padded: dict[str, Any], packed: dict[str, Any], ratio: float, s
                             ("train samples/s", "samples_per_second", "{:.1f}"),
                             ("validation loss", "validation_loss", "{:.4f}"),
                             ("wall time (process)", "wall_s", "{:.1f} s")):
-        extra = f"**x{ratio:.2f}**" if key == "tokens_per_second" else ""
-        lines.append(f"| {label} | {fmt.format(padded[key])} | {fmt.format(packed[key])} | {extra} |")
+        extra = f" **x{ratio:.2f}** " if key == "tokens_per_second" else " "
+        lines.append(f"| {label} | {fmt.format(padded[key])} | {fmt.format(packed[key])} |{extra}|")
     lines += [
         f"| target: tokens/s ≥ x{TARGET:g} (issue's target, stated for a GPU) | | | "
         f"{'met' if ratio >= TARGET else '**missed**'} |",
