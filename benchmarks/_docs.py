@@ -37,9 +37,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--docs`` and ``--docs-file`` to a benchmark's parser."""
     parser.add_argument("--docs", action="store_true",
                         help="write the results table into its block of docs/benchmarks.md (or --docs-file)")
-    parser.add_argument("--docs-file", type=Path, default=DOCS, metavar="PATH",
+    parser.add_argument("--docs-file", type=_markdown_file, default=DOCS, metavar="PATH",
                         help="the Markdown file --docs writes into (default: docs/benchmarks.md; "
                              "point it at a copy for smoke runs)")
+
+
+def _markdown_file(value: str) -> Path:
+    """``--docs-file`` must exist (checked before the benchmark runs, not after)."""
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no file {value}: copy docs/benchmarks.md there first "
+                                         f"(cp docs/benchmarks.md {value})")
+    return path
 
 
 def command_line(script: str, args: list[str] | None = None) -> str:

@@ -88,3 +88,12 @@ def test_header_and_publish(tmp_path, monkeypatch, capsys):
     args.docs = True
     _docs.publish(args, "padding", info, "| x |", "Intro.")
     assert doc.read_text(encoding="utf-8") == f"<!-- padding:begin -->\n{header} Intro.\n\n| x |\n<!-- padding:end -->\n"
+
+
+def test_docs_file_must_exist_before_the_run(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    _docs.add_arguments(parser)
+    assert parser.parse_args([]).docs_file == DOCS
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--docs", "--docs-file", str(tmp_path / "missing.md")])
+    assert "copy docs/benchmarks.md there first" in capsys.readouterr().err
