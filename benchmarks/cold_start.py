@@ -5,23 +5,21 @@ Goals: ``--help`` <= 0.3 s, ``plugins`` <= 0.5 s.  Each command runs ``--repeat`
 Timings on a busy machine are noisy: the 1-minute load average is printed with them.
 
     python benchmarks/cold_start.py --docs        # also writes the table into docs/benchmarks.md
+    python benchmarks/cold_start.py --repeat 1 --docs --docs-file /tmp/benchmarks.md   # smoke run, into a copy
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _docs import replace_block  # noqa: E402
+import _docs  # noqa: E402
 
 COMMANDS = [(["--help"], 0.3), (["plugins"], 0.5)]
 
@@ -29,9 +27,9 @@ COMMANDS = [(["--help"], 0.3), (["plugins"], 0.5)]
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=7, help="timed runs per command (default: 7)")
-    p.add_argument("--docs", action="store_true", help="write the results table into docs/benchmarks.md")
+    _docs.add_arguments(p)
     args = p.parse_args()
-    load = os.getloadavg()[0]
+    info = _docs.start(__file__)
     rows, ok = [], True
     for argv, goal in COMMANDS:
         cmd = [sys.executable, "-m", "nlptasks", *argv]
@@ -45,19 +43,13 @@ def main() -> int:
         ok = ok and median <= goal
         rows.append(f"| `nlptasks {' '.join(argv)}` | {median:.2f} | {min(times):.2f} | ≤ {goal} | "
                     f"{'yes' if median <= goal else 'no'} |")
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     table = "\n".join([
-        f"`python benchmarks/cold_start.py --docs`, {date}; {os.cpu_count()} CPU cores, 1-minute load average "
-        f"{load:.1f} at the start; {args.repeat} timed runs per command, each a fresh `python -m nlptasks` process.",
-        "",
         "| command | median s | fastest s | goal | met (median) |",
         "|---|---:|---:|---:|---|",
         *rows,
     ])
-    print(table)
-    if args.docs:
-        replace_block(ROOT / "docs" / "benchmarks.md", "cold-start", table)
-        print("\nwrote the table into docs/benchmarks.md")
+    _docs.publish(args, _docs.block_name(__file__), info, table,
+                  f"{args.repeat} timed runs per command, each a fresh `python -m nlptasks` process.")
     return 0 if ok else 1
 
 

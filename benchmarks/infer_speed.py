@@ -17,16 +17,16 @@ Without ``--model`` it first fine-tunes MiniLM on the first ``--train-rows`` SST
 (a minute or two on CPU: the point here is speed and label identity, not accuracy).
 
     python benchmarks/infer_speed.py --docs        # also writes the table into docs/benchmarks.md
+    python benchmarks/infer_speed.py --train-rows 64 --data ../shared/data/sst2/validation.csv \\
+        --docs --docs-file /tmp/benchmarks.md      # smoke run: small, into a copy of the docs
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import datetime as _dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -38,7 +38,7 @@ RECIPE = ROOT / "recipes" / "sst2-minilm.toml"
 DATA = ROOT.parent / "shared" / "data" / "sst2"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _docs import replace_block  # noqa: E402
+import _docs  # noqa: E402
 
 
 def main() -> int:
@@ -48,7 +48,7 @@ def main() -> int:
     p.add_argument("--train-rows", type=int, default=800, help="SST-2 rows to fine-tune on when training (default: 800)")
     p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
                    help="torch threads for every side (default: $OMP_NUM_THREADS or 1)")
-    p.add_argument("--docs", action="store_true", help="write the results table into docs/benchmarks.md")
+    _docs.add_arguments(p)
     p.add_argument("--json", type=Path, help="write the figures to this file")
     args = p.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -69,7 +69,7 @@ def main() -> int:
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
-    load = os.getloadavg()[0]
+    info = _docs.start(__file__)
     predictor = nlptasks.load(run_dir)
     predictor([t for t in texts[:32]])  # warm-up
 
@@ -116,20 +116,14 @@ def main() -> int:
     }
     max_score_diff = max(abs(a["score"] - b["score"]) for a, b in zip(ours, one, strict=True))
     figures = {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, torch {torch.__version__}, "
-                   f"load average {load:.1f} at the start",
+        "command": info.command, "header": info.header(),
         "threads": args.threads, "texts": n, "model": str(run_dir), "rates": rate, "label_differences": diffs,
         "max_score_difference_batched_vs_one": max_score_diff,
         "speedup_vs_pipeline_b1": rate["ours"] / rate["pipe_b1"], "speedup_vs_pipeline_b32": rate["ours"] / rate["pipe_b32"],
     }
-    table = render(figures)
-    print(table)
+    _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    if args.docs:
-        replace_block(ROOT / "docs" / "benchmarks.md", "infer-speed", table)
-        print("\nwrote the table into docs/benchmarks.md")
     ok = figures["speedup_vs_pipeline_b1"] >= 4 and figures["speedup_vs_pipeline_b32"] >= 1.5
     return 0 if ok and diffs["ours batched vs ours one at a time"] == 0 else 1
 
@@ -146,13 +140,14 @@ def train(work: Path, rows: int) -> Path:
     return work / "cls" / "sst2"
 
 
+def intro(f: dict) -> str:
+    return (f"{f['threads']} torch thread(s) for every side; {f['texts']:,} SST-2 test sentences; MiniLM-L6 "
+            "fine-tuned with `recipes/sst2-minilm.toml`; model load excluded (except the last row).")
+
+
 def render(f: dict) -> str:
     r = f["rates"]
     lines = [
-        f"`python benchmarks/infer_speed.py --docs`, {f['date']}; {f['machine']}; {f['threads']} torch thread(s) "
-        f"for every side; {f['texts']:,} SST-2 test sentences; MiniLM-L6 fine-tuned with `recipes/sst2-minilm.toml`; "
-        "model load excluded (except the last row).",
-        "",
         "| inference | texts/s | nlptasks is |",
         "|---|---:|---:|",
         f"| nlptasks (`infer --file` path: streamed, length-sorted batches of 32) | {r['ours']:.0f} | — |",

