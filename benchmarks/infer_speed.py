@@ -6,7 +6,9 @@ Same trained model (MiniLM-L6 fine-tuned on SST-2 with ``recipes/sst2-minilm.tom
 * ``nlptasks`` — ``nlptasks.load(RUN)`` streamed over the test csv exactly as ``nlptasks infer
   --file`` does (chunks of 2,048 rows, length-sorted batches of 32, results written to a file);
 * ``nlptasks, batch 1`` — the same predictor one sentence at a time (the parity reference);
-* ``pipeline, batch 1`` and ``pipeline, batch 32`` — ``transformers.pipeline("text-classification")``.
+* ``pipeline, batch 1`` and ``pipeline, batch 32`` — ``transformers.pipeline("text-classification")``;
+* ``nlptasks --precision bf16`` — the first row in bf16, where the machine computes in it natively
+  (a CUDA GPU with bf16, or a CPU with AVX-512 BF16 / AMX), with its labels against fp32.
 
 It prints texts/s for each, our speed-up over each pipeline setting (goals: >= 4x over batch 1,
 >= 1.5x over batch 32), and how many labels differ between batched and one-at-a-time (ours must
@@ -87,6 +89,27 @@ def main() -> int:
     one = [predictor([t])[0] for t in texts]
     one_s = time.perf_counter() - start
 
+    # bf16 (`infer --precision bf16`) where this machine computes in it natively: same stream
+    from nlptasks.engine.inference import cpu_has_bf16
+
+    bf16: dict = {}
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported() or not torch.cuda.is_available() and cpu_has_bf16():
+        half = nlptasks.load(run_dir, precision="bf16")
+        half([t for t in texts[:32]])  # warm-up
+        half_file = work / "bf16.jsonl"
+        with half_file.open("w", encoding="utf-8") as out:
+            half.batch_size = 32
+            start = time.perf_counter()
+            stream_predictions(half, iter_file(args.data), JsonlWriter(out).write)
+            bf16["seconds"] = time.perf_counter() - start
+        rows = [json.loads(line) for line in half_file.read_text(encoding="utf-8").splitlines()]
+        half.batch_size = 1
+        alone = [half([t])[0]["label"] for t in texts]
+        bf16["vs_fp32"] = sum(a["label"] != b["label"] for a, b in zip(rows, ours, strict=True))
+        bf16["vs_one"] = sum(a["label"] != b for a, b in zip(rows, alone, strict=True))
+        bf16["max_score_vs_fp32"] = max(abs(a["score"] - b["score"]) for a, b in zip(rows, ours, strict=True))
+        del half
+
     pipe = pipeline("text-classification", model=str(run_dir), device=-1)
     pipe(texts[:32], batch_size=32)  # warm-up
     timings, pipe_labels = {}, {}
@@ -115,11 +138,14 @@ def main() -> int:
         "ours one at a time vs pipeline batch 1": sum(a != b for a, b in zip(one_labels, pipe_labels[1], strict=True)),
     }
     max_score_diff = max(abs(a["score"] - b["score"]) for a, b in zip(ours, one, strict=True))
+    if bf16:
+        rate["bf16"] = n / bf16["seconds"]
     figures = {
         "command": info.command, "header": info.header(),
         "threads": args.threads, "texts": n, "model": str(run_dir), "rates": rate, "label_differences": diffs,
         "max_score_difference_batched_vs_one": max_score_diff,
         "speedup_vs_pipeline_b1": rate["ours"] / rate["pipe_b1"], "speedup_vs_pipeline_b32": rate["ours"] / rate["pipe_b32"],
+        "bf16": bf16,
     }
     _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
@@ -155,12 +181,23 @@ def render(f: dict) -> str:
         f"| `transformers.pipeline`, batch 1 | {r['pipe_b1']:.0f} | **{f['speedup_vs_pipeline_b1']:.2f}x** (goal ≥ 4x) |",
         f"| `transformers.pipeline`, batch 32 | {r['pipe_b32']:.0f} | **{f['speedup_vs_pipeline_b32']:.2f}x** (goal ≥ 1.5x) |",
         f"| whole `nlptasks infer --file` command (fresh process: imports, load, I/O) | {r['cli']:.0f} | — |",
+    ]
+    b = f.get("bf16") or {}
+    if b:
+        lines[3:3] = [
+            f"| nlptasks `--precision bf16` (same path; vs pipeline batch 1 / batch 32) | {r['bf16']:.0f} | "
+            f"{r['bf16'] / r['pipe_b1']:.2f}x / {r['bf16'] / r['pipe_b32']:.2f}x |",
+        ]
+    lines += [
         "",
         "| labels that differ | of " + f"{f['texts']:,} |",
         "|---|---:|",
         *[f"| {k} | {v} |" for k, v in f["label_differences"].items()],
+        *([f"| ours bf16 batched vs ours bf16 one at a time | {b['vs_one']} |",
+           f"| ours bf16 vs ours fp32 (the model's own precision) | {b['vs_fp32']} |"] if b else []),
         "",
-        f"Largest score difference, nlptasks batched vs one at a time: {f['max_score_difference_batched_vs_one']:.1e}.",
+        f"Largest score difference, nlptasks batched vs one at a time: {f['max_score_difference_batched_vs_one']:.1e}"
+        + (f"; bf16 vs fp32: {b['max_score_vs_fp32']:.1e}." if b else "."),
     ]
     return "\n".join(lines)
 
