@@ -150,8 +150,18 @@ def main() -> int:
     _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
-    ok = figures["speedup_vs_pipeline_b1"] >= 4 and figures["speedup_vs_pipeline_b32"] >= 1.5
-    return 0 if ok and diffs["ours batched vs ours one at a time"] == 0 else 1
+    return 0 if goals_met(figures) else 1
+
+
+def goals_met(f: dict) -> bool:
+    """The issue's goals (>= 4x pipeline batch 1, >= 1.5x batch 32, labels identical batched and one
+    at a time) met in fp32, or in bf16 with labels also identical to fp32's."""
+    r, b = f["rates"], f.get("bf16") or {}
+    fp32 = (f["speedup_vs_pipeline_b1"] >= 4 and f["speedup_vs_pipeline_b32"] >= 1.5
+            and f["label_differences"]["ours batched vs ours one at a time"] == 0)
+    bf16 = bool(b) and (r["bf16"] / r["pipe_b1"] >= 4 and r["bf16"] / r["pipe_b32"] >= 1.5
+                        and b["vs_one"] == 0 and b["vs_fp32"] == 0)
+    return fp32 or bf16
 
 
 def train(work: Path, rows: int) -> Path:
@@ -198,6 +208,9 @@ def render(f: dict) -> str:
         "",
         f"Largest score difference, nlptasks batched vs one at a time: {f['max_score_difference_batched_vs_one']:.1e}"
         + (f"; bf16 vs fp32: {b['max_score_vs_fp32']:.1e}." if b else "."),
+        "",
+        "Goals (≥ 4x pipeline batch 1 and ≥ 1.5x batch 32, labels identical batched and one at a time; "
+        "in bf16 also identical to fp32): " + ("**met**" if goals_met(f) else "**not met**") + ".",
     ]
     return "\n".join(lines)
 

@@ -87,21 +87,21 @@ def order_evaluation(trainer: Any, ctx: RunContext) -> None:
         def __len__(self) -> int:
             return len(self.order)
 
-    def eval_sampler(dataset: Any) -> Any:
-        current["order"] = None
-        if dataset is None or not hasattr(dataset, "__len__"):
-            return None
-        if not sort:
-            return SequentialSampler(dataset) if trainer.args.world_size <= 1 else None
+    def sorted_order(dataset: Any) -> Any:
         key = getattr(dataset, "_fingerprint", None) or id(dataset)
         if key not in cache:
             lengths = example_lengths(dataset)
             cache[key] = None if lengths is None else longest_first(lengths)
-        order = cache[key]
-        if order is None:
+        return cache[key]
+
+    def eval_sampler(dataset: Any) -> Any:
+        if dataset is None or not hasattr(dataset, "__len__"):
+            current["order"] = None
+            return None
+        current["order"] = sorted_order(dataset) if sort else None
+        if current["order"] is None:  # in order; several processes: accelerate shards it in order
             return SequentialSampler(dataset) if trainer.args.world_size <= 1 else None
-        current["order"] = order
-        return InOrder(order)
+        return InOrder(current["order"])
 
     trainer._get_eval_sampler = eval_sampler
     if not sort:
