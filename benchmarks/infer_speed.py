@@ -90,10 +90,16 @@ def main() -> int:
     one_s = time.perf_counter() - start
 
     # bf16 (`infer --precision bf16`) where this machine computes in it natively: same stream
-    from nlptasks.engine.inference import cpu_has_bf16
+    from nlptasks.engine.inference import inference_precision
+    from nlptasks.errors import NlptasksError
 
     bf16: dict = {}
-    if torch.cuda.is_available() and torch.cuda.is_bf16_supported() or not torch.cuda.is_available() and cpu_has_bf16():
+    try:
+        inference_precision("bf16")  # the same check `infer --precision bf16` makes
+        native_bf16 = True
+    except NlptasksError:
+        native_bf16 = False
+    if native_bf16:
         half = nlptasks.load(run_dir, precision="bf16")
         half([t for t in texts[:32]])  # warm-up
         half_file = work / "bf16.jsonl"

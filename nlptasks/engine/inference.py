@@ -57,21 +57,20 @@ def inference_precision(precision: str | None = None) -> tuple[str, str]:
     """``(device, dtype)`` for inference: ``("cuda", "bf16")`` on a GPU with bf16, ``("cuda",
     "fp32")`` on an older one (or when fp32 is asked for), ``("cpu", "fp32")`` without a GPU, and
     ``("cpu", "bf16")`` when bf16 is asked for on a CPU with native bf16 (never by ``auto``: the
-    scores then differ from training's fp32 in the third decimal)."""
+    scores then differ from training's fp32 in the fourth decimal)."""
     import torch
 
     precision = precision or _precision
     cuda = torch.cuda.is_available()
     bf16 = cuda and torch.cuda.is_bf16_supported()
-    if precision == "bf16" and not bf16 and not (not cuda and cpu_has_bf16()):
-        raise NlptasksError(
-            "--precision bf16: needs a CUDA GPU with bf16 support or a CPU with native bf16 (AVX-512 BF16 "
-            "or AMX); this machine has " + ("a GPU without it" if cuda else "neither"),
-            hint="Leave out --precision (auto: fp32 here) or use --precision fp32.",
-        )
     if precision == "bf16":
-        return ("cuda" if cuda else "cpu"), "bf16"
-    if precision == "auto":
+        if not (bf16 or (not cuda and cpu_has_bf16())):
+            raise NlptasksError(
+                "--precision bf16: needs a CUDA GPU with bf16 support or a CPU with native bf16 (AVX-512 BF16 "
+                "or AMX); this machine has " + ("a GPU without it" if cuda else "neither"),
+                hint="Leave out --precision (auto: fp32 here) or use --precision fp32.",
+            )
+    elif precision == "auto":
         precision = "bf16" if bf16 else "fp32"
     return ("cuda" if cuda else "cpu"), precision
 

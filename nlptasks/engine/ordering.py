@@ -129,7 +129,7 @@ def order_evaluation(trainer: Any, ctx: RunContext) -> None:
                 return self.fn(prediction, *args, **kwargs)
             return self.fn(restored(prediction), *args, **kwargs)
 
-    if trainer.compute_metrics is not None and not isinstance(trainer.compute_metrics, Metrics):
+    if trainer.compute_metrics is not None:
         trainer.compute_metrics = Metrics(trainer.compute_metrics)
     original_loop = trainer.evaluation_loop
 
