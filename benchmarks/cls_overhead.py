@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     model, work = setup(args.model, args.work_dir, "cls_overhead_")
     runs = work / "runs"
 
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe
 
     overrides = nlptasks_overrides(args, model, runs)
     recipe = load_recipe(args.recipe, overrides)  # validates the overrides before anything runs

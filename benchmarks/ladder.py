@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def render_table(result: dict[str, Any]) -> str:
     """One row per rung; the peak column says what was measured (GPU memory or CPU RSS)."""
-    from nlptasks.engine.plan import human
+    from nlptasks.plan import human
 
     kinds = {r["measure"] for r in result["rungs"] if r.get("peak") is not None}
     peak = "peak (CUDA max allocated)" if any(k.startswith("cuda") for k in kinds) else "peak (CPU RSS, not GPU memory)"

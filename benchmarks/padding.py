@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         "defaults": [*base, *(["train.group_by_length=true"] if args.group_by_length else [])],
         "fixed": [*base, *FIXED],
     }
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe
 
     for overrides in sides.values():
         load_recipe(args.recipe, overrides)  # validate both before anything runs

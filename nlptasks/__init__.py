@@ -6,9 +6,10 @@ The public API is small and lives here.  For users::
     predict = nlptasks.load("runs/cls/<run>")      # predict(["text", ...]) -> one dict per text
     nlptasks.run("recipes/cls.toml", ["train.epochs=1"])
 
-and for plugin authors::
+and for plugin authors, :mod:`nlptasks.plugin` (everything a task plugin needs; the most used
+names are re-exported here too)::
 
-    from nlptasks import hookimpl, TaskSpec, RunContext, DataError
+    from nlptasks.plugin import hookimpl, TaskSpec, RunContext, DataError, get_tokenizer, load_model
 
 The hooks themselves (the ten-step contract) are documented in :mod:`nlptasks.hookspecs`.
 Importing this package is cheap: the names below load on first use (so ``nlptasks --help`` does
@@ -20,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from nlptasks.version import __version__
 
 # public name -> the module that defines it
 _EXPORTS = {
@@ -29,24 +30,27 @@ _EXPORTS = {
     "PluginError": "nlptasks.errors",
     "Problem": "nlptasks.errors",
     "RecipeError": "nlptasks.errors",
-    "Finding": "nlptasks.engine.doctor",
-    "NoOptions": "nlptasks.context",
-    "Predictor": "nlptasks.context",
+    "Evaluation": "nlptasks.types",
+    "Finding": "nlptasks.types",
+    "NoOptions": "nlptasks.types",
+    "Predictor": "nlptasks.types",
+    "TaskSpec": "nlptasks.types",
+    "Usage": "nlptasks.types",
     "RunContext": "nlptasks.context",
-    "TaskSpec": "nlptasks.context",
     "hookimpl": "nlptasks.hookspecs",
     "load": "nlptasks.api",
+    "load_recipe": "nlptasks.api",
     "run": "nlptasks.api",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
-    from nlptasks.context import NoOptions, Predictor, RunContext, TaskSpec
+    from nlptasks.api import load, load_recipe, run
+    from nlptasks.context import RunContext
     from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
-    from nlptasks.api import load, run
-    from nlptasks.engine.doctor import Finding
     from nlptasks.hookspecs import hookimpl
+    from nlptasks.types import Evaluation, Finding, NoOptions, Predictor, TaskSpec, Usage
 
 
 def __getattr__(name: str) -> Any:

@@ -16,19 +16,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nlptasks.engine.runner import RunResult
+    from nlptasks.pipeline import RunResult
+    from nlptasks.recipe import LoadedRecipe
+
+__all__ = ["load", "load_recipe", "run"]
+
+
+def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe:
+    """Read and validate a recipe with ``--set``-style ``overrides``, as ``nlptasks validate``
+    does: raises :class:`nlptasks.RecipeError` listing every problem with its key path."""
+    from nlptasks.pipeline import load_recipe as load
+
+    return load(path, list(overrides))
 
 
 def run(
     recipe: str | Path, overrides: Iterable[str] = (), progress: bool = False, resume: bool | str | Path = False
 ) -> RunResult:
     """Validate ``recipe`` with ``--set``-style ``overrides`` (``"train.epochs=1"``), run the ten
-    steps and save the run; returns its ``output_dir``, ``metrics`` and ``seconds``.
+    steps and save the run; returns its ``output_dir``, ``metrics``, ``seconds`` and ``manifest``.
     ``resume=True`` (or a run folder) continues an incomplete run, like ``nlptasks run --resume``."""
-    from nlptasks.engine.runner import run as run_recipe
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe as load
+    from nlptasks.pipeline import run as run_recipe
 
-    return run_recipe(load_recipe(recipe, list(overrides)), progress=progress, resume=resume)
+    return run_recipe(load(recipe, list(overrides)), progress=progress, resume=resume)
 
 
 def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = False, precision: str = "auto") -> Any:
@@ -40,8 +51,8 @@ def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = Fals
     ``precision`` as ``infer --precision`` (``auto``: bf16 on a CUDA GPU that supports it, else
     fp32)."""
     from nlptasks.engine.inference import precision_for_loading
-    from nlptasks.engine.runner import load_predictor
     from nlptasks.errors import NlptasksError
+    from nlptasks.pipeline import load_predictor
 
     path = Path(run_dir)
     if not path.is_dir():

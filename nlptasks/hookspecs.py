@@ -65,8 +65,8 @@ if TYPE_CHECKING:
     from datasets import DatasetDict
     from transformers import PreTrainedModel, Trainer, TrainingArguments
 
-    from nlptasks.context import Predictor, RunContext, TaskSpec
-    from nlptasks.engine.doctor import Finding
+    from nlptasks.context import RunContext
+    from nlptasks.types import Finding, Predictor, TaskSpec
 
 PROJECT = "nlptasks"
 

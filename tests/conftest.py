@@ -1,4 +1,11 @@
-"""Shared fixtures: paths to our recipes and the shared real data, and a tiny-model CLI runner."""
+"""Shared fixtures: paths to our recipes and the shared real data, and a tiny-model CLI runner.
+
+Plugins load in isolation: the process's plugin host holds nlptasks' own task plugins and
+nothing else installed (``nlptasks.testing.plugin_host``), and subprocesses load only those
+(``NLPTASKS_PLUGINS``).  Tests about entry-point discovery build their own ``Host()``.
+
+``--slow`` adds the real-data quality checks (minutes each), marked ``@pytest.mark.slow``.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +22,34 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["NLPTASKS_PLUGINS"] = "cls,ner,pair,sft"  # subprocesses: our built-ins, nothing else installed
+os.environ.pop("NLPTASKS_BLOCK_PLUGINS", None)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="also run the slow real-data quality checks (marked slow)")
+
+
+def pytest_configure(config):
+    from nlptasks.host import reset_host
+    from nlptasks.testing import plugin_host
+
+    reset_host(plugin_host(builtins=True))
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow real-data check: run with --slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 # A model small enough that a run takes seconds.
-TINY = [
-    "model.scratch.layers=1",
-    "model.scratch.hidden=32",
-    "model.scratch.heads=2",
-    "model.scratch.intermediate=64",
-    "model.max_length=64",
-]
+from nlptasks.testing import TINY as _TINY  # noqa: E402
+
+TINY = list(_TINY)
 
 
 def shared(name: str) -> Path:

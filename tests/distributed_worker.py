@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from nlptasks import hookimpl
-from nlptasks.engine.runner import run
-from nlptasks.plugins import Host
-from nlptasks.recipe import load_recipe
+from nlptasks.pipeline import run
+from nlptasks.testing import plugin_host
+from nlptasks.pipeline import load_recipe
 
 
 class Witness:
@@ -59,7 +59,7 @@ def main() -> None:
     recipe, out = sys.argv[1], Path(sys.argv[2])
     overrides = [a.split("=", 1)[1] if a.startswith("--set=") else a for a in sys.argv[3:] if a != "--set"]
     witness = Witness()
-    host = Host()
+    host = plugin_host(builtins=True)
     host.register(witness, name="witness")
     loaded = load_recipe(recipe, overrides, host=host)
     result = run(loaded, host=host, progress=False)

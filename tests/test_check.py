@@ -16,9 +16,9 @@ import pytest
 
 from conftest import RECIPES, SHARED_DATA, TINY
 from nlptasks import Finding, hookimpl
-from nlptasks.engine.doctor import check
-from nlptasks.plugins import Host
-from nlptasks.recipe import load_recipe
+from nlptasks.pipeline import check
+from nlptasks.testing import plugin_host
+from nlptasks.pipeline import load_recipe
 
 
 def doctor(cli, recipe: Path, *sets: str) -> tuple[int, dict, str]:
@@ -231,7 +231,7 @@ def test_a_plugin_adds_findings_through_the_hook():
             rows = [i + 1 for i, t in enumerate(data["train"]["text"]) if "@" in t]
             return [Finding("warning", "pii", "e-mail addresses in the text", "train", rows)]
 
-    host = Host()
+    host = plugin_host(builtins=True)
     host.register(Policy(), name="policy")
     loaded = load_recipe(RECIPES / "cls.toml", TINY, host=host)
     report = check(loaded, host=host)

@@ -102,7 +102,7 @@ def test_infer_reads_files_and_stdin(trained, tmp_path):
 def test_plain_transformers_pipeline_gives_the_same_labels(trained):
     from transformers import pipeline
 
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     _, run_dir, _ = trained
     texts = ["这家酒店服务很好，房间也干净", "房间又脏又吵，太差了", "早餐一般，位置不错", "还行"]
@@ -114,7 +114,7 @@ def test_plain_transformers_pipeline_gives_the_same_labels(trained):
 
 
 def test_batched_inference_keeps_the_input_order(trained):
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     _, run_dir, _ = trained
     predictor = load_predictor(run_dir)
@@ -218,7 +218,7 @@ def test_unseen_label_names_file_row_and_label(tmp_path):
 def test_missing_column_says_which_option(tmp_path):
     train = write_csv(tmp_path / "train.csv", [("好", "pos"), ("坏", "neg")] * 20, header="review,label")
     err = bad_run(tmp_path, f"data.train={train}", "data.validation=''", "data.test=''")
-    assert "no column 'text'; the columns are: review, label" in err
+    assert "no column 'text' (options.text_column); the columns are: review, label" in err
     assert "--set options.text_column=NAME" in err
 
 

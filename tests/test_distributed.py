@@ -123,7 +123,7 @@ def test_fsdp_config_passes_through_train_extra_and_needs_cuda(cli, tmp_path):
     on CPU processes accelerate would drop it silently (plain DDP), so there it is a recipe error."""
     from nlptasks.context import RunContext
     from nlptasks.engine.training import make_training_arguments, training_kwargs
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe
 
     fsdp = 'train.extra={ fsdp = true, fsdp_config = { version = 2, reshard_after_forward = true } }'
     loaded = load_recipe(RECIPES / "cls.toml", [fsdp])

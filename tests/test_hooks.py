@@ -13,9 +13,9 @@ import pytest
 from conftest import RECIPES, TINY
 from nlptasks import hookimpl, hookspecs
 from nlptasks.engine import defaults
-from nlptasks.engine.runner import load_predictor, run
-from nlptasks.plugins import Host
-from nlptasks.recipe import load_recipe
+from nlptasks.pipeline import load_predictor, run
+from nlptasks.testing import plugin_host
+from nlptasks.pipeline import load_recipe
 
 SPECS = [
     name
@@ -180,7 +180,7 @@ class Overrider:
 @pytest.fixture
 def host_with(tmp_path):
     def make(*plugins):
-        host = Host()
+        host = plugin_host(builtins=True)
         for i, plugin in enumerate(plugins):
             host.register(plugin, name=f"test-{i}")
         return host

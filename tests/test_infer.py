@@ -53,7 +53,7 @@ def test_ten_thousand_lines_stream_through_in_order(cls_run, cli, tmp_path):
 def test_streaming_reads_at_most_one_chunk_ahead(cls_run, tmp_path):
     """The file reader is lazy and each chunk's results are written before the next chunk is read:
     the rows read so far never exceed the rows written by more than one chunk."""
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
     from nlptasks.engine.streaming import iter_rows, stream_predictions
 
     src = lines_file(tmp_path / "big.txt", 5_000)
@@ -142,7 +142,7 @@ def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cl
     import torch
 
     from nlptasks.engine import inference
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU path")

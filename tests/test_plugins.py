@@ -12,11 +12,14 @@ import pytest
 
 from conftest import RECIPES, ROOT
 from nlptasks import NoOptions, PluginError, TaskSpec, hookimpl
-from nlptasks.plugins import Host
+from nlptasks.host import Host
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, extra_path: str | None = None):
-    full_env = {**os.environ, **(env or {})}
+    """The real command in a fresh process, finding plugins through the entry points (what these
+    tests are about): without the test session's NLPTASKS_PLUGINS restriction."""
+    full_env = {k: v for k, v in os.environ.items() if k != "NLPTASKS_PLUGINS"}
+    full_env.update(env or {})
     if extra_path:
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, full_env.get("PYTHONPATH")]))
     return subprocess.run(
@@ -163,7 +166,7 @@ def test_allow_list_keeps_the_named_plugin():
 def test_trace_logs_hook_calls():
     code = textwrap.dedent(
         """
-        from nlptasks.plugins import Host
+        from nlptasks.host import Host
         host = Host()
         class Ctx: labels = ["a", "b"]
         host.hooks_for(host.task("cls")).nlptasks_metrics(ctx=Ctx())

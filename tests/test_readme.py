@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from conftest import RECIPES, ROOT, TINY, write_csv
-from nlptasks.engine.runner import load_predictor, run
-from nlptasks.plugins import Host
-from nlptasks.recipe import load_recipe
+from nlptasks.pipeline import load_predictor, run
+from nlptasks.testing import plugin_host
+from nlptasks.pipeline import load_recipe
 
 
 def readme_block(marker: str) -> str:
@@ -25,8 +25,7 @@ def test_readme_plugin_runs(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     import my_regression
 
-    host = Host()
-    host.register(my_regression, name="textreg")
+    host = plugin_host(textreg=my_regression)
     assert host.task("textreg").plugin == "textreg"
 
     rows = [("很好" * n, str(n)) for n in range(1, 11)] * 6

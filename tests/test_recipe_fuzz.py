@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nlptasks.errors import NlptasksError
-from nlptasks.plugins import get_host
-from nlptasks.recipe import PeftConfig, Recipe, dump_toml, load_recipe
+from nlptasks.host import get_host
+from nlptasks.pipeline import load_recipe
+from nlptasks.recipe import PeftConfig, Recipe, dump_toml
 
 GOOD = Path(__file__).resolve().parent / "bad_inputs" / "data" / "good.csv"
 

@@ -15,8 +15,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def train(runs: Path, recipe: str, name: str, *sets: str, host=None) -> Path:  # noqa: ANN001
-    from nlptasks.engine.runner import run
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import run
+    from nlptasks.pipeline import load_recipe
 
     overrides = [*TINY, "train.epochs=2", "data.max_train_rows=300", f"output.dir={runs}", f"output.run_name={name}", *sets]
     loaded = load_recipe(RECIPES / recipe, overrides, host=host)
@@ -38,8 +38,7 @@ def card_of(run_dir: Path) -> str:
 
 
 def test_manifest_describes_the_run(cls_run):
-    from nlptasks.engine.report import recipe_sha256
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe
 
     manifest = json.loads((cls_run / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["task"] == "cls" and manifest["labels"] == ["正面", "负面"]
@@ -50,8 +49,10 @@ def test_manifest_describes_the_run(cls_run):
     assert manifest["data"]["sources"]["train"].endswith("recipes/data/cls/train.csv")
     assert {p["name"] for p in manifest["plugins"]} == {"nlptasks.engine", "cls"}
     # the hash is the resolved recipe's: re-resolving the saved recipe.toml gives it again
-    again = load_recipe(cls_run / "recipe.toml").resolved()
-    assert manifest["recipe_sha256"] == recipe_sha256(again)
+    again = load_recipe(cls_run / "recipe.toml")
+    assert manifest["recipe_sha256"] == again.sha256()
+    # one hash: the run state --resume reads holds the same value
+    assert manifest["recipe_sha256"] == json.loads((cls_run / "nlptasks-run.json").read_text())["recipe_sha256"]
     assert re.fullmatch(r"[0-9a-f]{64}", manifest["recipe_sha256"])
     metrics = read_metrics(cls_run)
     assert 100 < metrics["resources"]["peak_rss_mb"] < 100_000
@@ -77,7 +78,7 @@ def test_model_card_code_loads_the_run(cls_run):
     """The card's plain-transformers block is exact: run it, and it predicts what nlptasks does."""
     import torch
 
-    from nlptasks.engine.runner import load_predictor
+    from nlptasks.pipeline import load_predictor
 
     card = card_of(cls_run)
     block = card.split("With plain transformers (no nlptasks needed):", 1)[1].split("```python\n", 1)[1].split("```")[0]
@@ -90,10 +91,13 @@ def test_model_card_code_loads_the_run(cls_run):
     ours = load_predictor(cls_run)([text])[0]
     assert model.config.id2label[int(probs.argmax())] == ours["label"]
     assert float(probs.max()) == pytest.approx(ours["score"], abs=1e-4)
+    # the nlptasks block predicts the run's own example, as `nlptasks infer` does
     nlptasks_block = card.split("```python\n", 1)[1].split("```")[0]
+    example = json.loads((cls_run / "nlptasks.json").read_text(encoding="utf-8"))["example"]
+    assert f'print(predict(["{example}"]))' in nlptasks_block
     scope = {}
-    exec(nlptasks_block.replace('print(predict(["your input"]))', 'out = predict(["这家酒店服务很好"])'), scope)  # noqa: S102
-    assert scope["out"] == [ours]
+    exec(nlptasks_block.replace("print(predict(", "out = (predict("), scope)  # noqa: S102
+    assert scope["out"] == load_predictor(cls_run)([example])
 
 
 def test_ner_card_has_a_per_entity_type_table(runs):
@@ -111,7 +115,7 @@ def test_ner_card_has_a_per_entity_type_table(runs):
 def test_hook_nlptasks_report(tmp_path):
     """A plugin's sections go into the card, after the engine's parts; the hook sees the metrics."""
     from nlptasks import hookimpl
-    from nlptasks.plugins import Host
+    from nlptasks.testing import plugin_host
 
     seen = {}
 
@@ -122,7 +126,7 @@ def test_hook_nlptasks_report(tmp_path):
             (ctx.output_dir / "extra.txt").write_text("x", encoding="utf-8")
             return [f"## Extra\n\n{len(data['train'])} training examples."]
 
-    host = Host()
+    host = plugin_host(builtins=True)
     host.register(Reporter(), name="reporter")
     run_dir = train(tmp_path, "cls.toml", "h", "train.epochs=1", host=host)
     card = card_of(run_dir)

@@ -251,33 +251,31 @@ def test_inspect_batch_shows_tokens_and_loss_flags(cli):
     assert out.count("\nexample ") == 2
     first = json.loads(DEMO_TRAIN.read_text(encoding="utf-8").splitlines()[0])
     assert f"«{first['output']}<|im_end|>»" in out  # exactly the answer and its end-of-turn marker
-    assert "<|im_start|>" in out and "ok: every example has tokens in the loss" in out
+    assert "<|im_start|>" in out
+    assert "ok: every example of train, validation, test has labels for the loss: labels (token)" in out
 
 
-def test_inspect_batch_fails_when_an_example_has_no_token_in_the_loss(tmp_path, cli):
-    from nlptasks.engine.inspect import inspect_batch
-    from nlptasks.recipe import load_recipe
+def test_inspect_batch_fails_when_an_example_has_no_token_in_the_loss():
+    """A plugin (here a wrapper around step 4) that leaves train examples without any token in the
+    loss: inspect-batch names them and never says ok."""
+    from nlptasks import NlptasksError, hookimpl
+    from nlptasks.pipeline import inspect_batch, load_recipe
+    from nlptasks.testing import plugin_host
 
-    from nlptasks import NlptasksError
+    class NoLoss:
+        @hookimpl(wrapper=True)
+        def nlptasks_preprocess(self, ctx, data):
+            data = yield
+            data["train"] = data["train"].map(lambda e: {"labels": [-100] * len(e["labels"])})
+            return data
 
-    # cls has one label per example: nothing to flag.  For sft the check is on the token labels,
-    # so strip them after step 4 and check the command notices.
-    loaded = load_recipe(QUICKSTART, ["data.max_train_rows=10", "data.max_eval_rows=4"])
-    import nlptasks.engine.inspect as inspect
-
-    real = inspect.preprocessed
-
-    def without_labels(loaded, host=None):
-        ctx, data = real(loaded, host)
-        data["train"] = data["train"].map(lambda e: {"labels": [-100] * len(e["labels"])})
-        return ctx, data
-
-    inspect.preprocessed = without_labels
-    try:
-        with pytest.raises(NlptasksError, match=r"10 example\(s\) have no token in the loss"):
-            inspect_batch(loaded, rows=1, out=lambda line: None)
-    finally:
-        inspect.preprocessed = real
+    host = plugin_host(builtins=True, noloss=NoLoss())
+    loaded = load_recipe(QUICKSTART, ["data.max_train_rows=10", "data.max_eval_rows=4"], host=host)
+    lines: list[str] = []
+    with pytest.raises(NlptasksError, match=r"10 example\(s\) give the loss nothing") as info:
+        inspect_batch(loaded, rows=1, host=host, out=lines.append)
+    assert "train.jsonl: 10 example(s) with no token in the loss (labels): rows 1, 2, 3" in str(info.value)
+    assert not any(line.startswith("\nok") for line in lines)
 
 
 # --- runs: memorization, inference, packing ------------------------------------------------------
@@ -393,6 +391,7 @@ def test_a_word_level_vocabulary_is_refused_for_generation(tmp_path, cli):
 # --- real data ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["alpaca_zh", "alpaca_en"])
 def test_real_alpaca_loss_falls_and_masks_are_right(name, tmp_path, cli):
     folder = shared(name)

@@ -134,14 +134,12 @@ def test_installed_plugin_lists_trains_and_infers(installed_plugin, tmp_path):
 
 @pytest.fixture
 def host(monkeypatch):
-    from nlptasks.plugins import Host
+    from nlptasks.testing import plugin_host
 
     monkeypatch.syspath_prepend(str(PACKAGE / "src"))
     import nlptasks_multilabel
 
-    monkeypatch.setenv("NLPTASKS_BLOCK_PLUGINS", "multilabel")  # an installed copy, if any
-    h = Host()
-    h.register(nlptasks_multilabel, name="multilabel")
+    h = plugin_host(multilabel=nlptasks_multilabel)  # only this plugin: no installed copy, no entry points
     assert h.task("multilabel").plugin == "multilabel"
     return h
 
@@ -161,8 +159,8 @@ def _recipe(tmp_path: Path, validation: list[tuple[str, str]], options: str = ""
 
 
 def test_unseen_label_in_validation_names_file_and_row(host, tmp_path):
-    from nlptasks.engine.runner import run
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import run
+    from nlptasks.pipeline import load_recipe
 
     recipe = _recipe(tmp_path, [("早餐难吃", "早餐"), ("离地铁近", "位置")])
     loaded = load_recipe(recipe, [f"output.dir={tmp_path / 'runs'}"], host=host)
@@ -174,7 +172,7 @@ def test_unseen_label_in_validation_names_file_and_row(host, tmp_path):
 
 
 def test_options_are_validated(host, tmp_path):
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import load_recipe
 
     recipe = _recipe(tmp_path, [("早餐难吃", "早餐")], options="threshold = 1.5\nseperator = ','\n")
     with pytest.raises(RecipeError) as info:
@@ -222,8 +220,8 @@ def guide_block(marker: str) -> str:
 
 
 def test_guide_timer_plugin_wraps_a_run(host, tmp_path, monkeypatch, caplog):
-    from nlptasks.engine.runner import run
-    from nlptasks.recipe import load_recipe
+    from nlptasks.pipeline import run
+    from nlptasks.pipeline import load_recipe
 
     (tmp_path / "nlptasks_timer.py").write_text(guide_block("# nlptasks_timer.py"), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -249,7 +247,7 @@ def test_guide_timer_plugin_wraps_a_run(host, tmp_path, monkeypatch, caplog):
 
 
 def test_guide_in_process_test_example_passes(tmp_path, monkeypatch):
-    source = guide_block("from nlptasks.engine.runner import load_predictor, run")
+    source = guide_block("from nlptasks.pipeline import load_predictor, run")
     source = source.replace('"path/to/src"', repr(str(PACKAGE / "src")))
     source = source.replace('"path/to/recipe.toml"', repr(str(RECIPE)))
     namespace: dict = {}

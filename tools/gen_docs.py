@@ -422,10 +422,10 @@ def recipe_sections() -> list[tuple[str, type]]:
 
 def builtin_tasks() -> list[Any]:
     """The tasks whose plugin ships with nlptasks (third-party plugins are left out)."""
-    from nlptasks.plugins import Host
+    from nlptasks.testing import plugin_host
 
-    host = Host(load_entrypoints=True)
-    return [spec for _, spec in sorted(host.tasks.items()) if host.dist_of(spec.plugin)[0] == "nlptasks"]
+    host = plugin_host(builtins=True)  # nlptasks' own plugins, whatever else is installed
+    return [spec for _, spec in sorted(host.tasks.items())]
 
 
 OVERRIDE_EXAMPLES = [
@@ -441,7 +441,7 @@ OVERRIDE_EXAMPLES = [
 
 def gen_recipes() -> str:
     from nlptasks import recipe as recipe_module
-    from nlptasks.engine import runner
+    from nlptasks.engine import rundir
     from nlptasks.recipe import PATH_KEYS, parse_override
 
     sections = recipe_sections()
@@ -482,10 +482,10 @@ def gen_recipes() -> str:
         out += fields_table(model, paths)
         out.append("")
         if path == "output":
-            layout = re.search(r"holds::\n\n(.*?)(?:\n\n|\Z)", runner.__doc__ or "", re.S)
+            layout = re.search(r"holds::\n\n(.*?)(?:\n\n|\Z)", rundir.__doc__ or "", re.S)
             if layout:
                 out += [
-                    "A finished run directory contains (from `nlptasks/engine/runner.py`):",
+                    "A finished run directory contains (from `nlptasks/engine/rundir.py`):",
                     "",
                     "```text",
                     *textwrap.dedent(layout.group(1)).splitlines(),
@@ -592,10 +592,10 @@ EXIT_CODES = [
 
 
 def env_vars() -> list[tuple[str, str]]:
-    """The environment variables documented in ``nlptasks/plugins.py``'s module docstring."""
-    from nlptasks import plugins
+    """The environment variables documented in ``nlptasks/host.py``'s module docstring."""
+    from nlptasks import host
 
-    doc = inspect.cleandoc(plugins.__doc__ or "")
+    doc = inspect.cleandoc(host.__doc__ or "")
     found = re.findall(r"^``(\w+)``\n((?:[ \t]+.*\n?)+)", doc, re.M)
     return [(name, " ".join(line.strip() for line in body.splitlines())) for name, body in found]
 

@@ -1,32 +1,34 @@
-"""The shared engine: generic step implementations and helpers that every task uses.
+"""The engine: the step code behind the ten steps (private).
 
-The engine knows no task by name.  Plugins use these helpers inside their hooks::
+Nothing here is public API: its modules change without notice.  Plugins use
+:mod:`nlptasks.plugin`, which re-exports the helpers meant for them; the engine knows no task by
+name and imports nothing above it (no plugin host, no pipeline, no CLI).
 
-    from nlptasks.engine import get_tokenizer, load_model, load_trained_model, predict_logits
+The four helpers this package used to export are still found here, with a
+``DeprecationWarning`` naming their public home.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
-__all__ = ["get_tokenizer", "load_model", "load_trained_model", "predict_logits"]
+__all__: list[str] = []  # private: import from nlptasks.plugin
+
+_MOVED = {
+    "get_tokenizer": "nlptasks.engine.tokenization",
+    "load_model": "nlptasks.engine.modeling",
+    "load_trained_model": "nlptasks.engine.trained",
+    "predict_logits": "nlptasks.engine.inference",
+}
 
 
-def __getattr__(name: str) -> Any:  # lazy: keep `import nlptasks.engine` cheap
-    if name == "get_tokenizer":
-        from nlptasks.engine.tokenization import get_tokenizer
-
-        return get_tokenizer
-    if name == "load_model":
-        from nlptasks.engine.modeling import load_model
-
-        return load_model
-    if name == "load_trained_model":
-        from nlptasks.engine.adapters import load_trained_model
-
-        return load_trained_model
-    if name == "predict_logits":
-        from nlptasks.engine.inference import predict_logits
-
-        return predict_logits
-    raise AttributeError(name)
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nlptasks.engine' has no attribute {name!r}")
+    warnings.warn(
+        f"nlptasks.engine.{name} is private; import it from nlptasks.plugin", DeprecationWarning, stacklevel=2
+    )
+    return getattr(importlib.import_module(module), name)

@@ -1,164 +1,44 @@
-"""``nlptasks check RECIPE``: the data doctor.
+"""The data doctor's helpers: the task-independent part of each check of ``nlptasks check``.
 
-Steps 1 to 3 of the recipe run (setup, load, split: the tokenizer at most, never model weights),
-then every plugin's :func:`~nlptasks.hookspecs.nlptasks_check` reports *findings* about the data
-before anything is trained: label sets that differ between splits, class balance, empty and
-duplicate rows, rows shared by train and validation/test, and how much ``model.max_length`` would
-cut.  A finding is an ``error`` (the run would stop, or its scores would mean little), a
-``warning`` (the run goes on, but look) or ``info``.  Errors make the command exit non-zero.
-
-The helpers below do the task-independent part of each check; a task plugin says which columns
-hold its texts and labels and calls them (the engine knows no task by name)::
+A task plugin's :func:`~nlptasks.hookspecs.nlptasks_check` says which columns hold its texts and
+labels and calls these (the engine knows no task by name); each returns
+:class:`~nlptasks.types.Finding` s::
 
     @hookimpl
     def nlptasks_check(ctx, data):
         text = lambda row: row["text"]
         return [*blank_texts(ctx, data, ["text"]), *split_overlap(ctx, data, text), ...]
+
+A finding is an ``error`` (the run would stop, or its scores would mean little), a ``warning``
+(the run goes on, but look) or ``info``.  The command itself is :mod:`nlptasks.pipeline.check`.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from nlptasks.context import RunContext
-from nlptasks.engine.data import ROW_COLUMN
-from nlptasks.errors import NlptasksError
-from nlptasks.plugins import Host, get_host
-from nlptasks.recipe import LoadedRecipe
+from nlptasks.engine.rows import row_numbers
+from nlptasks.types import Finding, Level
 
-Level = Literal["error", "warning", "info"]
-LEVELS: tuple[Level, ...] = ("error", "warning", "info")
+__all__ = [
+    "BALANCE_WARN",
+    "TRUNCATION_WARN",
+    "balance",
+    "blank_texts",
+    "duplicates",
+    "is_blank",
+    "label_sets",
+    "row_numbers",
+    "split_overlap",
+    "truncation",
+]
+
 EVAL_SPLITS = ("validation", "test")
-SHOWN_ROWS = 8  # row numbers listed per finding (the JSON output has them all)
 BALANCE_WARN = 10.0  # most / least frequent class in train at or above this is a warning
 TRUNCATION_WARN = 0.05  # a share of truncated examples above this is a warning
-
-
-@dataclass
-class Finding:
-    """One thing the doctor noticed.
-
-    :param level: ``error``, ``warning`` or ``info``.
-    :param check: a short stable id (``empty-text``, ``overlap``, ``truncation`` ...).
-    :param message: one line, saying what to do where it is not obvious.
-    :param split: the split it is about (``None``: the whole data).
-    :param rows: the row numbers concerned (file lines for jsonl/CoNLL, rows for csv).
-    """
-
-    level: Level
-    check: str
-    message: str
-    split: str | None = None
-    rows: list[int] = field(default_factory=list)
-
-    def line(self, sources: dict[str, str]) -> str:
-        where = f"{sources.get(self.split, self.split)}: " if self.split else ""
-        rows = ""
-        if self.rows:
-            shown = ", ".join(map(str, self.rows[:SHOWN_ROWS]))
-            more = f" and {len(self.rows) - SHOWN_ROWS} more" if len(self.rows) > SHOWN_ROWS else ""
-            rows = f" (rows {shown}{more})"
-        return f"{self.level}: [{self.check}] {where}{self.message}{rows}"
-
-
-@dataclass
-class Report:
-    """What ``nlptasks check`` prints: the findings, most serious first."""
-
-    recipe: str
-    task: str
-    sizes: dict[str, int]
-    sources: dict[str, str]
-    findings: list[Finding]
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.level == "error"]
-
-    @property
-    def warnings(self) -> list[Finding]:
-        return [f for f in self.findings if f.level == "warning"]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "recipe": self.recipe,
-            "task": self.task,
-            "ok": not self.errors,
-            "sizes": self.sizes,
-            "sources": self.sources,
-            "findings": [asdict(f) for f in self.findings],
-        }
-
-    def text(self) -> str:
-        sizes = ", ".join(f"{split} {n:,}" for split, n in self.sizes.items()) or "no data"
-        lines = [f"check {self.recipe}: task {self.task!r}, {sizes} rows"]
-        lines += [f.line(self.sources) for f in self.findings]
-        n_err, n_warn = len(self.errors), len(self.warnings)
-        if n_err:
-            lines.append(f"{n_err} error(s), {n_warn} warning(s): fix the errors before `nlptasks run {self.recipe}`")
-        else:
-            lines.append(f"ok: no errors, {n_warn} warning(s); next: nlptasks run {self.recipe}")
-        return "\n".join(lines)
-
-
-def check(loaded: LoadedRecipe, host: Host | None = None) -> Report:
-    """Run steps 1 to 3 of ``loaded`` in a throw-away folder, then every ``nlptasks_check``."""
-    from nlptasks.engine.runner import _library_progress_bars
-
-    host = host or get_host()
-    source = str(loaded.path or "<recipe>")
-    tmp = tempfile.mkdtemp(prefix="nlptasks-check-")
-    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=Path(tmp) / "run")
-    hooks = host.hooks_for(loaded.task)
-    findings: list[Finding] = []
-    sizes: dict[str, int] = {}
-    with _library_progress_bars(False):
-        try:
-            hooks.nlptasks_setup(ctx=ctx)
-            raw = hooks.nlptasks_load_data(ctx=ctx)
-            data = hooks.nlptasks_split(ctx=ctx, data=raw)
-        except NlptasksError as exc:  # the data cannot even be read: that is the one finding
-            findings.append(Finding("error", "load", exc.render().replace("\n", " ")))
-            return Report(source, loaded.task.name, sizes, dict(ctx.sources), findings)
-        sizes = {split: len(ds) for split, ds in data.items()}
-        for split, n in sizes.items():
-            if n == 0:
-                findings.append(Finding("error", "empty-split", "no rows", split))
-        for split, reasons in ctx.dropped.items():  # counted skips the recipe allowed while loading
-            for reason, n in reasons.items():
-                findings.append(Finding("warning", "skipped", f"{n} row(s) skipped while loading ({reason})", split))
-        for result in hooks.nlptasks_check(ctx=ctx, data=data):
-            findings += result or []
-    if not any(True for _ in _implementations(host, loaded)):
-        findings.append(Finding("info", "no-checks", f"the {loaded.task.plugin} plugin contributes no data checks"))
-    order = {level: i for i, level in enumerate(LEVELS)}
-    findings.sort(key=lambda f: order[f.level])
-    return Report(source, loaded.task.name, sizes, dict(ctx.sources), findings)
-
-
-def _implementations(host: Host, loaded: LoadedRecipe) -> Iterable[Any]:
-    """The check implementations of the task's plugin."""
-    for impl in host.pm.hook.nlptasks_check.get_hookimpls():
-        if impl.plugin_name == loaded.task.plugin:
-            yield impl
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers for plugins
-# ---------------------------------------------------------------------------------------------
-
-
-def row_numbers(ds: Any) -> list[int]:
-    """The file row number of each example (1, 2, ... when the loader kept none)."""
-    for column in (ROW_COLUMN, "__line__"):
-        if column in ds.column_names:
-            return list(ds[column])
-    return list(range(1, len(ds) + 1))
 
 
 def is_blank(value: Any) -> bool:

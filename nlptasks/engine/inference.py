@@ -135,6 +135,62 @@ def predict_logits(
     return np.stack(out)
 
 
+def predict_per_token(
+    model: Any,
+    tokenizer: Any,
+    features: dict[str, list[Any]],
+    batch_size: int = 32,
+    outputs: Sequence[str] = ("logits",),
+    progress: bool = False,
+) -> dict[str, list[Any]]:
+    """Per-token outputs of ``model`` for already tokenized ``features`` (windows, pairs, texts with
+    offsets), one array per feature, in input order, cut to the feature's own tokens.
+
+    :param features: column → one list per feature, as a tokenizer returns them (``input_ids``,
+        ``attention_mask`` ...; other columns such as ``offset_mapping`` are ignored).
+    :param outputs: the model output fields to return (``logits``; ``start_logits`` and
+        ``end_logits`` for question answering).
+    :returns: output name → a float32 NumPy array per feature, of shape ``(tokens, ...)``.
+
+    Features are batched by length (little padding) under ``torch.inference_mode``.
+    """
+    import numpy as np
+    import torch
+
+    n = len(features["input_ids"])
+    result: dict[str, list[Any]] = {name: [None] * n for name in outputs}
+    if not n:
+        return result
+    model.eval()
+    device = next(model.parameters()).device
+    keys = [k for k in features if k in accepted_inputs(model)]
+    lengths = [len(ids) for ids in features["input_ids"]]
+    order = sorted(range(n), key=lambda i: lengths[i])
+    left = getattr(tokenizer, "padding_side", "right") == "left"
+    batches: Any = range(0, n, batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="predict", unit="batch")
+    with torch.inference_mode():
+        for start in batches:
+            idx = order[start : start + batch_size]
+            batch = tokenizer.pad([{k: features[k][i] for k in keys} for i in idx], return_tensors="pt")
+            out = model(**{k: v.to(device) for k, v in batch.items()})
+            for name in outputs:
+                values = out[name].float().cpu().numpy()
+                for j, i in enumerate(idx):
+                    result[name][i] = np.ascontiguousarray(values[j, -lengths[i]:] if left else values[j, : lengths[i]])
+    return result
+
+
+def sigmoid(logits: Any) -> Any:
+    """Element-wise logistic function of a NumPy array (independent probabilities per label)."""
+    import numpy as np
+
+    return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
+
+
 def accepted_inputs(model: Any) -> set[str]:
     """The input names ``model.forward`` takes; for a PEFT model (whose forward takes ``**kwargs``),
     those of the base model it passes them to."""
@@ -145,6 +201,7 @@ def accepted_inputs(model: Any) -> set[str]:
 
 
 def softmax(logits: Any) -> Any:
+    """Probabilities over the last axis of a NumPy array of logits."""
     import numpy as np
 
     z = logits - logits.max(axis=-1, keepdims=True)

@@ -1,39 +1,28 @@
-"""``nlptasks inspect-batch``: steps 1 to 4 of a recipe, then the model inputs shown token by token.
+"""What ``nlptasks inspect-batch`` prints: model inputs token by token, and which are in the loss.
 
-What the model will see is printed before any training: each token, and whether it is in the
-loss (its label is not -100).  For token-level labels the label is shown; for one label per
-example (classification) the label is printed once.  A split in which an example has no token in
-the loss is an error naming the rows (e.g. an SFT response cut away by ``model.max_length``).
+Which columns carry labels, and how to read them, is the task's to say
+(``TaskSpec.label_fields``, see :data:`nlptasks.types.LABEL_KINDS`):
+
+``token``     one label per token; ``-100`` marks a token outside the loss (NER tags, SFT responses);
+``position``  a token index per example (an answer's start and end): the tokens from the first to
+              the last position are marked, each position with its column;
+``example``   one value per example (a class, a score, a multi-hot vector): shown once.
+
+:func:`loss_problems` finds the examples the loss cannot use (no token in the loss, a position
+outside the input); a split without any of the task's label columns is an error, never "ok".
+The command itself (steps 1 to 4, then this) is :mod:`nlptasks.pipeline.inspect`.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from nlptasks.context import RunContext
 from nlptasks.engine.data import ROW_COLUMN
 from nlptasks.errors import NlptasksError
-from nlptasks.plugins import Host, get_host
-from nlptasks.recipe import LoadedRecipe
 
-
-def preprocessed(loaded: LoadedRecipe, host: Host | None = None) -> tuple[RunContext, Any]:
-    """Run steps 1 to 4 (in a throw-away output folder); return the context and the data."""
-    from nlptasks.engine.runner import _library_progress_bars
-
-    host = host or get_host()
-    tmp = tempfile.mkdtemp(prefix="nlptasks-inspect-")
-    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=Path(tmp) / "run")
-    hooks = host.hooks_for(loaded.task)
-    with _library_progress_bars(False):
-        hooks.nlptasks_setup(ctx=ctx)
-        raw = hooks.nlptasks_load_data(ctx=ctx)
-        data = hooks.nlptasks_split(ctx=ctx, data=raw)
-        data = hooks.nlptasks_preprocess(ctx=ctx, data=data)
-    return ctx, data
+__all__ = ["label_columns", "loss_problems", "show", "token_pieces"]
 
 
 def token_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
@@ -50,73 +39,116 @@ def token_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
     return pieces
 
 
+def label_columns(ctx: RunContext, ds: Any, split: str) -> dict[str, str]:
+    """``{column: kind}`` of the task's label fields present in ``ds``; an error naming the
+    declared fields and the columns when none is."""
+    declared = ctx.task.label_fields_for(ctx.options)
+    present = {column: kind for column, kind in declared.items() if column in ds.column_names}
+    if not present:
+        columns = ", ".join(c for c in ds.column_names if c != ROW_COLUMN)
+        raise NlptasksError(
+            f"{split}: none of the label fields of task {ctx.task.name!r} ({', '.join(declared) or 'none declared'}) "
+            f"is in its preprocessed data (columns: {columns}): nothing would be in the loss",
+            hint=f"The {ctx.task.plugin} plugin's step 4 must return its label columns, named in TaskSpec.label_fields.",
+        )
+    return present
+
+
+def _class_name(ctx: RunContext, value: Any) -> Any:
+    labels = ctx.labels
+    if isinstance(value, int) and not isinstance(value, bool) and labels and 0 <= value < len(labels):
+        return labels[value]
+    if isinstance(value, list) and labels and len(value) == len(labels) and all(isinstance(v, (int, float)) for v in value):
+        return [name for name, v in zip(labels, value, strict=True) if v >= 0.5]  # a multi-hot vector
+    return value
+
+
+def _marks(ids: list[int], example: dict[str, Any], columns: dict[str, str], ctx: RunContext) -> tuple[list[bool], list[str]]:
+    """Per token: whether it is in the loss, and what to show in the table's loss column."""
+    in_loss, shown = [False] * len(ids), [""] * len(ids)
+    for column, kind in columns.items():
+        value = example[column]
+        if kind == "token":
+            for pos, (tok, label) in enumerate(zip(ids, value, strict=False)):
+                if label != -100:
+                    in_loss[pos] = True
+                    shown[pos] = str(_class_name(ctx, label)) if label != tok else "yes"
+    positions = {c: example[c] for c, k in columns.items() if k == "position" and isinstance(example[c], int)}
+    if positions:
+        low, high = min(positions.values()), max(positions.values())
+        for pos in range(max(low, 0), min(high, len(ids) - 1) + 1):
+            in_loss[pos] = True
+            shown[pos] = shown[pos] or "yes"
+        for column, pos in positions.items():
+            if 0 <= pos < len(ids):
+                shown[pos] = column if shown[pos] in ("", "yes") else f"{shown[pos]},{column}"
+    return in_loss, shown
+
+
 def show(ctx: RunContext, data: Any, split: str, rows: int, out: Callable[[str], None] = print) -> None:
     """Print the first ``rows`` examples of ``split``, token by token."""
     if split not in data:
         raise NlptasksError(f"no {split!r} split after preprocessing (splits: {', '.join(data)})")
     ds = data[split]
+    columns = label_columns(ctx, ds, split)
+    per_token = {c: k for c, k in columns.items() if k != "example"}
     where = ctx.sources.get(split, split)
     tokenizer = ctx.tokenizer
     numbers = ds[ROW_COLUMN] if ROW_COLUMN in ds.column_names else list(range(1, len(ds) + 1))
-    out(f"{split}: {len(ds)} examples from {where}")
+    out(f"{split}: {len(ds)} examples from {where}; labels: " + ", ".join(f"{c} ({k})" for c, k in columns.items()))
     for index in range(min(rows, len(ds))):
         example = ds[index]
         ids = list(example["input_ids"])
-        labels = example.get("labels")
-        token_level = isinstance(labels, list)
-        flags = [label != -100 for label in labels] if token_level else [True] * len(ids)
+        in_loss, shown = _marks(ids, example, per_token, ctx)
         head = f"\nexample {index + 1} (row {numbers[index]}): {len(ids)} tokens"
-        if token_level:
-            head += f", {sum(flags)} in the loss"
-        elif labels is not None:
-            name = ctx.labels[labels] if ctx.labels and isinstance(labels, int) and 0 <= labels < len(ctx.labels) else labels
-            head += f", label {name!r}"
+        if per_token:
+            head += f", {sum(in_loss)} in the loss"
+        for column, kind in columns.items():
+            if kind == "example":
+                head += f", {column} {_class_name(ctx, example[column])!r}"
+            elif kind == "position":
+                head += f", {column} {example[column]}"
         out(head)
         pieces = token_pieces(tokenizer, ids) if tokenizer is not None else [str(i) for i in ids]
         marked, inside = [], False
-        for piece, flag in zip(pieces, flags, strict=True):
-            if token_level and flag != inside:
+        for piece, flag in zip(pieces, in_loss, strict=True):
+            if per_token and flag != inside:
                 marked.append("«" if flag else "»")
                 inside = flag
             marked.append(piece)
         if inside:
             marked.append("»")
         out("  text: " + "".join(marked).replace("\n", "⏎"))
-        if token_level:
+        if per_token:
             out("  «...» marks the tokens in the loss")
         out(f"  {'pos':>4} {'id':>7}  {'loss':<4}  token")
         for pos, (tok, piece) in enumerate(zip(ids, pieces, strict=True)):
-            if token_level:
-                label = labels[pos]
-                mark = "yes" if flags[pos] else "-"
-                if flags[pos] and label != tok:
-                    mark = ctx.labels[label] if ctx.labels and 0 <= label < len(ctx.labels) else str(label)
-            else:
-                mark = ""
+            mark = (shown[pos] or "-") if per_token else ""
             out(f"  {pos:>4} {tok:>7}  {mark:<4}  {piece!r}")
 
 
-def inspect_batch(loaded: LoadedRecipe, split: str = "train", rows: int = 3, host: Host | None = None,
-                  out: Callable[[str], None] = print) -> None:
-    """The ``inspect-batch`` command: show ``rows`` examples; raise if an example has no token in
-    the loss (in any split)."""
-    ctx, data = preprocessed(loaded, host)
-    show(ctx, data, split, rows, out)
-    empty = {}
-    for name, ds in data.items():
-        if len(ds) and isinstance(ds[0].get("labels"), list):
-            numbers = ds[ROW_COLUMN] if ROW_COLUMN in ds.column_names else range(1, len(ds) + 1)
-            bad = [n for n, labels in zip(numbers, ds["labels"], strict=True) if all(v == -100 for v in labels)]
-            if bad:
-                empty[name] = bad
-    if ctx.dropped:
-        parts = [f"{s}: " + ", ".join(f"{n} {reason}" for reason, n in d.items()) for s, d in ctx.dropped.items()]
-        out("\ndropped rows: " + "; ".join(parts))
-    if empty:
-        listing = "; ".join(f"{ctx.sources.get(s, s)} rows {', '.join(map(str, r[:10]))}{' ...' if len(r) > 10 else ''}"
-                            for s, r in empty.items())
-        raise NlptasksError(
-            f"{sum(len(r) for r in empty.values())} example(s) have no token in the loss: {listing}",
-            hint="They teach nothing (often: the answer was cut by model.max_length). Raise model.max_length or fix the rows.",
-        )
-    out("\nok: every example has tokens in the loss")
+def loss_problems(ctx: RunContext, data: Any) -> dict[str, dict[str, list[int]]]:
+    """Split → problem → file rows of the examples the loss cannot use: a token-label column with
+    no token in the loss, a position outside the example's tokens.  Raises when a split has none
+    of the task's label columns."""
+    problems: dict[str, dict[str, list[int]]] = {}
+    for split, ds in data.items():
+        if not len(ds):
+            continue
+        columns = label_columns(ctx, ds, split)
+        numbers = ds[ROW_COLUMN] if ROW_COLUMN in ds.column_names else list(range(1, len(ds) + 1))
+        lengths = [len(ids) for ids in ds["input_ids"]] if "input_ids" in ds.column_names else None
+        found: dict[str, list[int]] = {}
+        for column, kind in columns.items():
+            if kind == "token":
+                bad = [n for n, labels in zip(numbers, ds[column], strict=True) if all(v == -100 for v in labels)]
+                if bad:
+                    found[f"no token in the loss ({column})"] = bad
+            elif kind == "position" and lengths is not None:
+                bad = [n for n, pos, length in zip(numbers, ds[column], lengths, strict=True)
+                       if not isinstance(pos, int) or not 0 <= pos < length]
+                if bad:
+                    found[f"{column} outside the example's tokens"] = bad
+        if found:
+            problems[split] = found
+    return problems

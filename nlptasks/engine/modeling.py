@@ -18,6 +18,17 @@ ON_META = "nlptasks.build_on_meta"
 """``ctx.state`` key: when true, step 5 builds the model on the meta device (shapes, no weights)."""
 
 
+def label_config(labels: list[str]) -> dict[str, Any]:
+    """``num_labels``, ``id2label`` and ``label2id`` for a model config, from the class names in
+    class-id order: ``load_model(ctx, "AutoModelFor...", **label_config(ctx.labels))``.  The saved
+    run then loads with plain transformers and gives the same label names."""
+    return {
+        "num_labels": len(labels),
+        "id2label": dict(enumerate(labels)),
+        "label2id": {name: i for i, name in enumerate(labels)},
+    }
+
+
 def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     """Load ``model.name_or_path`` or build ``[model.scratch]`` with a task head.
 
@@ -29,7 +40,7 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     cls = getattr(transformers, auto_class, None)
     if cls is None:
         raise NlptasksError(f"internal error: transformers has no class {auto_class!r}")
-    from nlptasks.engine.adapters import from_pretrained_kwargs
+    from nlptasks.engine.machine import from_pretrained_kwargs
 
     model_cfg = ctx.recipe.model
     if ctx.state.get(ON_META):

@@ -15,13 +15,15 @@ Nothing here names a task: what is task-specific comes from the ``nlptasks_repor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import resource
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
+
+from nlptasks.types import Usage
 
 log = logging.getLogger("nlptasks")
 
@@ -29,13 +31,6 @@ CARD = "README.md"
 CURVES = "training_curves.png"
 LOG_HISTORY = "log_history.json"
 _RATE_KEYS = {"runtime", "samples_per_second", "steps_per_second", "epoch", "best_step", "total_flos"}
-
-
-def recipe_sha256(resolved: dict[str, Any]) -> str:
-    """sha256 of the resolved recipe as canonical JSON (sorted keys, no spaces): equal recipes,
-    however written (key order, defaults left out or spelt out), hash the same."""
-    text = json.dumps(resolved, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def peak_memory() -> dict[str, float]:
@@ -245,9 +240,11 @@ def _num(value: Any) -> str:
 
 def model_card(
     run_dir: Path, manifest: dict[str, Any], metrics: dict[str, Any], recipe_text: str, description: str | None,
-    sections: list[str], curves: bool,
+    sections: list[str], curves: bool, usage: Usage | None = None,
 ) -> str:
-    """The Markdown of ``README.md`` for a run (see the module docstring)."""
+    """The Markdown of ``README.md`` for a run (see the module docstring); ``usage`` is the task's
+    word on how to call the run and what its labels row says (default: one text, the labels)."""
+    usage = usage or Usage()
     task = manifest["task"]
     name = run_dir.name
     train = metrics.get("train") or {}
@@ -263,7 +260,8 @@ def model_card(
         ("model class", f"`{manifest.get('model_class', '?')}`"),
         ("training", "adapter: " + f"{peft['method']} ({peft['trainable_parameters']:,} of "
                      f"{peft['total_parameters']:,} parameters trained)" if peft else "all weights"),
-        ("labels", ", ".join(f"`{x}`" for x in manifest["labels"]) if manifest.get("labels") else "-"),
+        ("labels", usage.labels if usage.labels is not None
+         else ", ".join(f"`{x}`" for x in manifest["labels"]) if manifest.get("labels") else "-"),
         ("max length", f"{manifest.get('max_length')} tokens"),
         ("precision", manifest.get("precision", "-")),
         ("wall time", f"{metrics.get('seconds', 0):.0f} s"
@@ -292,24 +290,38 @@ def model_card(
         lines += [section.rstrip(), ""]
     lines += ["## Recipe", "", "The resolved recipe (every default filled in), also in `recipe.toml`:", "",
               "```toml", recipe_text.rstrip(), "```", ""]
-    lines += usage(manifest, str(run_dir))
+    lines += how_to_load(manifest, str(run_dir), usage)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def usage(manifest: dict[str, Any], run_dir: str) -> list[str]:
+def infer_command(run_dir: str, usage: Usage) -> str:
+    """``nlptasks infer --model RUN_DIR "…" "…"`` with the task's example, quoted for a shell."""
+    return f"nlptasks infer --model {shlex.quote(run_dir)} " + " ".join(_shell_quote(x) for x in usage.example)
+
+
+def _shell_quote(text: str) -> str:
+    """Double quotes where a shell leaves them alone (most texts), else ``shlex.quote``."""
+    return f'"{text}"' if not any(c in text for c in '"$`\\!') else shlex.quote(text)
+
+
+def how_to_load(manifest: dict[str, Any], run_dir: str, usage: Usage | None = None) -> list[str]:
     """The "How to load it" section: nlptasks, then plain transformers (and peft for adapter runs),
-    with this run's folder in the code."""
-    return [line.replace("RUN_DIR", run_dir) for line in _usage(manifest)]
+    with this run's folder and the task's example input in the code."""
+    usage = usage or Usage()
+    lines = [line.replace("RUN_DIR", run_dir) for line in _loading(manifest, usage)]
+    return lines
 
 
-def _usage(manifest: dict[str, Any]) -> list[str]:
+def _loading(manifest: dict[str, Any], usage: Usage) -> list[str]:
     cls = manifest.get("model_class", "AutoModel")
+    example = json.dumps(list(usage.example), ensure_ascii=False)
+    per_input = "one dict per input" if len(usage.example) == 1 else f"{len(usage.example)} strings make one input"
     lines = [
         "## How to load it", "",
         "With nlptasks (the same predictions as `nlptasks infer --model RUN_DIR`):", "",
         "```python", "import nlptasks", "", 'predict = nlptasks.load("RUN_DIR")  # this folder',
-        'print(predict(["your input"]))  # one dict per input', "```", "",
-        "```bash", 'nlptasks infer --model RUN_DIR "your input"', "nlptasks infer --model RUN_DIR --file inputs.txt --output out.jsonl",
+        f"print(predict({example}))  # {per_input}", "```", "",
+        "```bash", infer_command("RUN_DIR", usage), "nlptasks infer --model RUN_DIR --file inputs.jsonl --output out.jsonl",
         "```", "",
     ]
     peft = manifest.get("peft")
@@ -345,7 +357,7 @@ def compare(run_dirs: list[Path]) -> str:
     samples/s, peak memory, then the recipe keys whose values differ between the runs."""
     import tomllib
 
-    from nlptasks.engine.runner import COMPLETE, MANIFEST
+    from nlptasks.engine.rundir import COMPLETE, MANIFEST
     from nlptasks.errors import NlptasksError
 
     problems = []

@@ -15,7 +15,6 @@ header says, and the ``torch.save`` files are whole zip archives.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -24,34 +23,25 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.errors import NlptasksError
+from nlptasks.engine.rundir import COMPLETE, RUN_STATE, read_run_state, write_json
+from nlptasks.errors import NlptasksError, Problem
 
 if TYPE_CHECKING:
     from nlptasks.recipe import LoadedRecipe
 
+__all__ = ["checkpoint_problem", "differences", "find_run", "latest_checkpoint", "write_run_state"]
+
 log = logging.getLogger("nlptasks")
 
-RUN_STATE = "nlptasks-run.json"
-COMPLETE = "COMPLETE"
 # What a resumable checkpoint holds besides the weights (the Trainer's names).
 FULL_STATE_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth")
-_NOT_HASHED = ("overwrite",)  # [output] keys that do not change what a run computes
-
-
-def fingerprint(loaded: LoadedRecipe) -> tuple[dict[str, Any], str]:
-    """The resolved recipe as compared between a run and its resume, and its SHA-256."""
-    resolved = json.loads(json.dumps(loaded.resolved(), default=str))
-    for key in _NOT_HASHED:
-        resolved.get("output", {}).pop(key, None)
-    text = json.dumps(resolved, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return resolved, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def write_run_state(run_dir: Path, loaded: LoadedRecipe) -> None:
-    """Record what started this run (read back by ``--resume``)."""
-    from nlptasks.engine.runner import write_json
-
-    resolved, digest = fingerprint(loaded)
+    """Record what started this run (read back by ``--resume``): the recipe as hashed, its
+    SHA-256 (:meth:`nlptasks.recipe.LoadedRecipe.fingerprint`, the manifest's hash too) and the
+    recipe file."""
+    resolved, digest = loaded.fingerprint()
     path = run_dir / RUN_STATE
     state: dict[str, Any] = {}
     if path.exists():
@@ -63,20 +53,6 @@ def write_run_state(run_dir: Path, loaded: LoadedRecipe) -> None:
     )
     state.setdefault("started", _dt.datetime.now().isoformat(timespec="seconds"))
     write_json(path, state)
-
-
-def read_run_state(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((run_dir / RUN_STATE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def resume_command(run_dir: Path) -> str:
-    """The command that continues ``run_dir`` (for hints)."""
-    state = read_run_state(run_dir) or {}
-    recipe = state.get("recipe_path") or "RECIPE"
-    return f"nlptasks run {recipe} --resume {run_dir}"
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
@@ -97,7 +73,7 @@ def find_run(loaded: LoadedRecipe, base: Path, run_dir: Path | None = None) -> P
     """The run folder ``--resume`` continues: ``run_dir`` when given, else the latest incomplete
     run of this recipe under ``base`` (``<output.dir>/<task>``)."""
     source = str(loaded.path or "<recipe>")
-    resolved, digest = fingerprint(loaded)
+    resolved, digest = loaded.fingerprint()
     if run_dir is not None:
         if not run_dir.is_dir():
             raise NlptasksError(f"--resume {run_dir}: no such folder")
@@ -138,8 +114,6 @@ def _same_recipe(state: dict[str, Any], resolved: dict[str, Any], digest: str, r
     if state.get("recipe_sha256") == digest:
         return
     changed = differences(state.get("recipe", {}), resolved)
-    from nlptasks.errors import Problem
-
     raise NlptasksError(
         f"--resume {run_dir}: the run was started with another recipe than {source}; "
         f"{len(changed)} key(s) differ",

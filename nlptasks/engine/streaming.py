@@ -10,6 +10,7 @@ time, whatever the size of the file.  Standard library only: nothing heavy loads
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +47,34 @@ def iter_rows(stream: TextIO, kind: str, name: str = "<stdin>") -> Iterator[Any]
             line = line.rstrip("\r\n")
             if line.strip():
                 yield line
+
+
+def iter_stdin(stream: TextIO, name: str = "<stdin>") -> Iterator[Any]:
+    """Inputs piped on stdin: JSON lines (dicts) when the first non-empty line is a JSON object,
+    else the non-empty lines as strings (the rule of :class:`nlptasks.types.Predictor`)."""
+    lines = iter(stream)
+    first, blank = None, []
+    for line in lines:
+        if line.strip():
+            first = line
+            break
+        blank.append(line)  # kept, so that line numbers in errors stay right
+    if first is None:
+        return
+    head = first.strip()
+    is_json = False
+    if head.startswith("{"):
+        try:
+            is_json = isinstance(json.loads(head), dict)
+        except json.JSONDecodeError:
+            is_json = False
+    rest = itertools.chain(blank, [first], lines)
+    if is_json:
+        from nlptasks.engine.data import iter_jsonl
+
+        yield from iter_jsonl(rest, name)
+    else:
+        yield from iter_rows(rest, "txt", name)  # type: ignore[arg-type]
 
 
 def file_kind(path: Path) -> str:

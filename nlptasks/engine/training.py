@@ -203,10 +203,12 @@ def use_readable_logs(trainer: Any, ctx: RunContext, progress: bool) -> None:
 
 
 def build_trainer(
-    trainer_class: Any, ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+    trainer_class: Any, ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any,
+    **kwargs: Any,
 ) -> Any:
     """``trainer_class`` (``transformers.Trainer`` or a subclass) over the run's splits: what step 8b
-    builds by default, and what a plugin calls with its own Trainer subclass."""
+    builds by default, and what a plugin calls with its own Trainer subclass.  Further keyword
+    arguments go to the class (e.g. ``preprocess_logits_for_metrics``)."""
     return trainer_class(
         model=model,
         args=args,
@@ -215,6 +217,7 @@ def build_trainer(
         processing_class=ctx.tokenizer,
         data_collator=data_collator,
         compute_metrics=compute_metrics,
+        **kwargs,
     )
 
 

@@ -17,10 +17,35 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nlptasks import DataError, RunContext, TaskSpec, hookimpl
-from nlptasks.engine.data import ROW_COLUMN
-from nlptasks.labels import label_text as _label_text
-from nlptasks.labels import sort_labels
+from nlptasks.plugin import (
+    ROW_COLUMN,
+    DataError,
+    Evaluation,
+    Finding,
+    RunContext,
+    TaskSpec,
+    balance,
+    blank_texts,
+    classification_report,
+    classification_sections,
+    duplicates,
+    filter_rows,
+    get_tokenizer,
+    hookimpl,
+    input_texts,
+    label_config,
+    label_sets,
+    label_text,
+    load_model,
+    load_run,
+    predict_logits,
+    require_columns,
+    row_numbers,
+    softmax,
+    sort_labels,
+    split_overlap,
+    truncation,
+)
 
 
 class ClsOptions(BaseModel):
@@ -48,6 +73,9 @@ def register_tasks(register: Any) -> None:
             greater_is_better=True,
             stratify_by=lambda options: options.label_column,
             peft_task_type="SEQ_CLS",
+            metrics=("accuracy", "f1_macro", "precision_macro", "recall_macro", "f1/<class>", "precision/<class>",
+                     "recall/<class>", "support/<class>"),
+            label_fields={"labels": "example"},
         )
     )
 
@@ -56,42 +84,19 @@ def register_tasks(register: Any) -> None:
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     from datasets import DatasetDict
 
-    from nlptasks.engine import get_tokenizer
-
     opts: ClsOptions = ctx.options
-    for split, ds in data.items():
-        missing = [c for c in (opts.text_column, opts.label_column) if c not in ds.column_names]
-        if missing:
-            which = "text_column" if opts.text_column in missing else "label_column"
-            raise DataError(
-                f"no column {missing[0]!r}; the columns are: {', '.join(ds.column_names)}",
-                path=ctx.sources.get(split, split),
-                hint=f"Name the right column with --set options.{which}=NAME.",
-            )
+    require_columns(ctx, data, {"text_column": opts.text_column, "label_column": opts.label_column})
 
-    # Drop (and count) rows without text or label.
-    cleaned = {}
-    for split, ds in data.items():
-        texts, labels = ds[opts.text_column], ds[opts.label_column]
-        if ROW_COLUMN not in ds.column_names:  # data from a plugin's own step 2
-            ds = ds.add_column(ROW_COLUMN, list(range(1, len(ds) + 1)))
-        keep, empty_text, empty_label = [], 0, 0
-        for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
-            if text is None or not str(text).strip():
-                empty_text += 1
-            elif _label_text(label) is None:
-                empty_label += 1
-            else:
-                keep.append(i)
-        ctx.drop(split, "empty text", empty_text)
-        ctx.drop(split, "empty label", empty_label)
-        cleaned[split] = ds.select(keep) if len(keep) < len(ds) else ds
-        if not keep:
-            raise DataError("no rows left after dropping empty ones", path=ctx.sources.get(split, split))
-    data = DatasetDict(cleaned)
+    def problem(row: dict[str, Any]) -> str | None:
+        text = row[opts.text_column]
+        if text is None or not str(text).strip():
+            return "empty text"
+        return "empty label" if label_text(row[opts.label_column]) is None else None
+
+    data = DatasetDict({split: filter_rows(ctx, split, ds, problem) for split, ds in data.items()})
 
     # The label set comes from train (or the recipe); unseen labels elsewhere are errors.
-    train_labels = {_label_text(v) for v in data["train"][opts.label_column]}
+    train_labels = {label_text(v) for v in data["train"][opts.label_column]}
     if opts.labels is not None:
         labels = list(opts.labels)
         for split, ds in data.items():
@@ -120,7 +125,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
     def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
         enc = tokenizer([str(t) for t in batch[opts.text_column]], truncation=True, max_length=max_length, padding=pad)
-        enc["labels"] = [label2id[_label_text(v)] for v in batch[opts.label_column]]  # type: ignore[index]
+        enc["labels"] = [label2id[label_text(v)] for v in batch[opts.label_column]]  # type: ignore[index]
         return dict(enc)
 
     out = DatasetDict()
@@ -131,12 +136,21 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             counts[labels[i]] += 1
         ctx.log.info("%s labels: %s", split, ", ".join(f"{k} {v}" for k, v in counts.items()))
     ctx.manifest["text_column"] = opts.text_column
+    ctx.manifest["example"] = _first_text(data, opts.text_column)
     return out
+
+
+def _first_text(data: Any, column: str) -> str | None:
+    """The first text of test, else validation, else train: the example the run's messages show."""
+    for split in ("test", "validation", "train"):
+        if split in data and len(data[split]):
+            return str(data[split][0][column])
+    return None
 
 
 def _check_labels(ctx: RunContext, split: str, ds: Any, known: set[str], origin: str) -> None:
     for row, value in zip(ds[ROW_COLUMN], ds[ctx.options.label_column], strict=True):
-        label = _label_text(value)
+        label = label_text(value)
         if label not in known:
             raise DataError(
                 f"label {label!r} does not occur in {origin}; known labels: {', '.join(sort_labels(known))}",
@@ -149,10 +163,6 @@ def _check_labels(ctx: RunContext, split: str, ds: Any, known: set[str], origin:
 @hookimpl
 def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     """The data doctor: empty texts and labels, label sets, balance, duplicates, overlap, length."""
-    from nlptasks.engine import get_tokenizer
-    from nlptasks.engine.doctor import Finding, balance, blank_texts, duplicates, label_sets, row_numbers
-    from nlptasks.engine.doctor import split_overlap, truncation
-
     opts: ClsOptions = ctx.options
     findings = []
     for split, ds in data.items():
@@ -169,12 +179,12 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
         return " ".join(str(value).split()) if value is not None and str(value).strip() else None
 
     def labels_of(row: dict[str, Any]) -> list[str]:
-        label = _label_text(row[opts.label_column])
+        label = label_text(row[opts.label_column])
         return [] if label is None else [label]
 
     findings += blank_texts(ctx, data, [opts.text_column])
     for split, ds in data.items():
-        no_label = [n for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True) if _label_text(v) is None]
+        no_label = [n for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True) if label_text(v) is None]
         if no_label:
             findings.append(Finding("warning", "empty-label", f"{len(no_label)} row(s) without a label; a run drops them",
                                     split, no_label))
@@ -204,26 +214,16 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 
 @hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
-    from nlptasks.engine import load_model
-
     assert ctx.labels is not None
-    return load_model(
-        ctx,
-        "AutoModelForSequenceClassification",
-        num_labels=len(ctx.labels),
-        id2label=dict(enumerate(ctx.labels)),
-        label2id={name: i for i, name in enumerate(ctx.labels)},
-    )
+    return load_model(ctx, "AutoModelForSequenceClassification", **label_config(ctx.labels))
 
 
 @hookimpl
 def nlptasks_metrics(ctx: RunContext) -> Any:
-    from nlptasks.metrics import classification_report
-
     labels = list(ctx.labels or [])
 
-    def compute_metrics(eval_pred: Any) -> dict[str, float]:
-        logits, references = eval_pred.predictions, eval_pred.label_ids
+    def compute_metrics(evaluation: Evaluation) -> dict[str, float]:
+        logits, references = evaluation.predictions, evaluation.label_ids
         if isinstance(logits, tuple):
             logits = logits[0]
         return classification_report(logits.argmax(-1), references, labels)
@@ -234,38 +234,21 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
 @hookimpl
 def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str, Any]) -> list[str]:
     """The model card's per-class table and confusion matrix (test split, else validation)."""
-    from nlptasks.engine.report import classification_sections
-
     return classification_sections(ctx, trainer, data, metrics)
 
 
 class ClsPredictor:
-    """Texts (or dicts with the text column) → ``{"text", "label", "score"}``, batched."""
+    """Texts (or rows with the text column) → ``{"text", "label", "score"}``, batched."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoTokenizer
-
-        from nlptasks.engine import load_trained_model
-
-        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification")
-        self.model.eval()
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification")
         self.text_column = manifest.get("text_column") or manifest.get("options", {}).get("text_column", "text")
         self.max_length = manifest.get("max_length")
         self.batch_size = batch_size
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
-    def _text(self, item: Any, index: int) -> str:
-        if isinstance(item, dict):
-            if self.text_column not in item:
-                raise DataError(f"no {self.text_column!r} field; fields: {', '.join(item)}", row=index + 1)
-            item = item[self.text_column]
-        return "" if item is None else str(item)
-
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
-        from nlptasks.engine.inference import predict_logits, softmax
-
-        texts = [self._text(item, i) for i, item in enumerate(inputs)]
+        texts = input_texts(inputs, self.text_column)
         probs = softmax(predict_logits(self.model, self.tokenizer, texts, self.batch_size, self.max_length))
         results = []
         for text, p in zip(texts, probs, strict=True):

@@ -2,8 +2,8 @@
 
 The whole task lives in this package: options, CoNLL/jsonl loading (step 2), tag checks, windows
 and sub-word label alignment (4), the token-classification head (5), seqeval metrics on whole
-sentences (6), the collator (8), evaluation that merges windows back into sentences (9) and
-inference with character offsets (10).  See ``docs/tasks/ner.md``.
+sentences, merged back from the windows with the side data step 4 keeps per split (6), the
+collator (8) and inference with character offsets (10).  See ``docs/tasks/ner.md``.
 
 Data: rows ``{"tokens": [...], "tags": [...]}`` (jsonl/json, a ``save_to_disk`` folder or a hub
 dataset whose tags are a ``ClassLabel`` sequence), or CoNLL files (``.conll``/``.bio``/``.iob``/
@@ -22,7 +22,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nlptasks import DataError, NlptasksError, RunContext, TaskSpec, hookimpl
+from nlptasks.plugin import (
+    DataError,
+    Evaluation,
+    NlptasksError,
+    RunContext,
+    TaskSpec,
+    Usage,
+    build_trainer,
+    get_tokenizer,
+    hookimpl,
+    label_config,
+    load_file,
+    load_model,
+    per_class_table,
+)
 
 from .data import LINE, PREFIXES
 
@@ -96,8 +110,20 @@ def register_tasks(register: Any) -> None:
             best_metric="f1",
             greater_is_better=True,
             peft_task_type="TOKEN_CLS",
+            metrics=("f1", "precision", "recall", "accuracy", "words_scored", "word_coverage", "repaired_tags",
+                     "f1/<type>", "precision/<type>", "recall/<type>", "support/<type>"),
+            label_fields={"labels": "token"},
+            usage=_usage,
         )
     )
+
+
+def _usage(manifest: dict[str, Any]) -> Usage:
+    """A sentence of the run's data; the labels row lists entity types, not the scheme's tags."""
+    types = sorted({str(tag)[2:] for tag in manifest.get("labels") or [] if tag != "O"})
+    scheme = (manifest.get("ner") or {}).get("scheme", "BIO")
+    return Usage(example=(manifest.get("example") or "your text",),
+                 labels=", ".join(f"`{t}`" for t in types) + f" (entity types; {scheme} tags)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,8 +135,6 @@ def register_tasks(register: Any) -> None:
 def nlptasks_load_data(ctx: RunContext) -> Any:
     """Local files: CoNLL (by extension), jsonl with line numbers; others via the engine."""
     from datasets import DatasetDict
-
-    from nlptasks.engine.data import load_file
 
     from .data import check_rows, is_conll, iter_conll, read_jsonl, to_dataset
 
@@ -229,8 +253,6 @@ def _normal_tag(tag: str, scheme: str, where: str, line: int) -> str:
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     from datasets import Dataset, DatasetDict
 
-    from nlptasks.engine import get_tokenizer
-
     from .align import encode, scored_words
     from .data import ordered_labels, repair_sentence, split_tag
 
@@ -311,7 +333,6 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
     padding = "max_length" if ctx.recipe.train.padding == "max_length" else False
     out = DatasetDict()
-    evaluation: dict[str, dict[str, Any]] = {}
     for split, (tokens, tags, _) in cleaned.items():
         ids = [[label2id[t] for t in row] for row in tags]
         features, windows = encode(
@@ -327,15 +348,20 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             split, len(tokens), len(windows), long, max_length,
             "" if opts.overflow == "window" else ", truncated",
         )
-        if split != "train":
-            evaluation[split] = {
+        if split != "train":  # what step 6 needs to score whole sentences from the windows
+            ctx.side[split] = {
                 "windows": windows,
                 "gold": tags,
                 "lengths": lengths,
                 "words": sum(lengths),
                 "scored": scored_words(windows, lengths),
             }
-    ctx.state["ner"] = {"eval": evaluation, "split": "validation", "repaired": repaired}
+        ctx.record(split, "repaired_tags", repaired.get(split, 0))
+    separator = "" if word_split == "char" else " "
+    for split in ("test", "validation", "train"):
+        if split in cleaned and cleaned[split][0]:
+            ctx.manifest["example"] = separator.join(cleaned[split][0][0])
+            break
     ctx.manifest["ner"] = {
         "scheme": opts.scheme,
         "subword_labels": opts.subword_labels,
@@ -363,16 +389,8 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 
 @hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
-    from nlptasks.engine import load_model
-
     assert ctx.labels is not None
-    return load_model(
-        ctx,
-        "AutoModelForTokenClassification",
-        num_labels=len(ctx.labels),
-        id2label=dict(enumerate(ctx.labels)),
-        label2id={name: i for i, name in enumerate(ctx.labels)},
-    )
+    return load_model(ctx, "AutoModelForTokenClassification", **label_config(ctx.labels))
 
 
 def sentence_predictions(info: dict[str, Any], preds: Any, labels: list[str]) -> tuple[list[list[str]], list[list[str]]]:
@@ -403,15 +421,15 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
 
     labels = list(ctx.labels or [])
     opts: NerOptions = ctx.options
-    state = ctx.state["ner"]
 
-    def compute_metrics(eval_pred: Any) -> dict[str, float]:
-        preds = eval_pred.predictions
+    def compute_metrics(evaluation: Evaluation) -> dict[str, float]:
+        """Entity scores of the split's whole sentences, merged from its windows (``evaluation.side``)."""
+        preds = evaluation.predictions
         if isinstance(preds, tuple):
             preds = preds[0]
         if preds.ndim == 3:
             preds = preds.argmax(-1)
-        info = state["eval"][state["split"]]
+        info = evaluation.side
         gold, pred = sentence_predictions(info, preds, labels)
         metrics = entity_report(gold, pred, opts.mode, opts.scheme)
         metrics["words_scored"] = info["scored"]
@@ -430,39 +448,19 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
     return DataCollatorForTokenClassification(ctx.tokenizer)
 
 
-# --------------------------------------------------------------------------------------------
-# Step 9: train, then evaluate each split on whole sentences
-# --------------------------------------------------------------------------------------------
+@hookimpl
+def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
+    """The default Trainer, keeping label ids (not logits) between evaluation batches."""
+    from transformers import Trainer
+
+    return build_trainer(Trainer, ctx, model, args, data, data_collator, compute_metrics,
+                         preprocess_logits_for_metrics=_argmax)
 
 
 def _argmax(logits: Any, labels: Any) -> Any:
     if isinstance(logits, tuple):
         logits = logits[0]
     return logits.argmax(dim=-1)
-
-
-@hookimpl
-def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> dict[str, Any]:
-    """Like the engine's default, but metrics know which split's windows they score."""
-    from nlptasks.engine.training import _strip
-
-    state = ctx.state["ner"]
-    trainer.preprocess_logits_for_metrics = _argmax  # keep label ids, not logits, between batches
-    state["split"] = "validation"
-    result = trainer.train()
-    metrics: dict[str, Any] = {"train": _strip(dict(result.metrics), "train")}
-    if trainer.state.best_model_checkpoint:
-        metrics["train"]["best_step"] = int(trainer.state.best_model_checkpoint.rstrip("/").rsplit("-", 1)[-1])
-    repaired = state.get("repaired", {})
-    metrics["train"]["repaired_tags"] = repaired.get("train", 0)
-    for split, prefix in (("validation", "eval"), ("test", "test")):
-        if split in data and len(data[split]):
-            state["split"] = split
-            values = _strip(trainer.evaluate(eval_dataset=data[split], metric_key_prefix=prefix), prefix)
-            values["repaired_tags"] = repaired.get(split, 0)
-            metrics[split] = values
-    state["split"] = "validation"
-    return metrics
 
 
 # --------------------------------------------------------------------------------------------
@@ -473,8 +471,6 @@ def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> dict[str, Any]:
 @hookimpl
 def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str, Any]) -> list[str]:
     """The model card's per-entity-type table (test split, else validation)."""
-    from nlptasks.engine.report import per_class_table
-
     for split in ("test", "validation"):
         per_type = {k: v for k, v in (metrics.get(split) or {}).items() if "/" in k}
         if per_type:

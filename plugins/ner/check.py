@@ -5,9 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from nlptasks import RunContext
-from nlptasks.engine.doctor import Finding, balance, blank_texts, duplicates, label_sets, row_numbers
-from nlptasks.engine.doctor import split_overlap, truncation
+from nlptasks.plugin import (
+    Finding,
+    RunContext,
+    balance,
+    blank_texts,
+    duplicates,
+    get_tokenizer,
+    label_sets,
+    row_numbers,
+    split_overlap,
+    truncation,
+)
 
 from .data import PREFIXES, class_label_names, repair_sentence, split_tag
 
@@ -82,8 +91,6 @@ def _with_types(ds: Any, types: list[list[str]]) -> Any:
 
 
 def _truncation(ctx: RunContext, data: Any, tags_of: dict[str, list[list[str]]]) -> list[Finding]:
-    from nlptasks.engine import get_tokenizer
-
     from .align import plan_windows, word_counts
 
     opts = ctx.options

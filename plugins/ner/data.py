@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlptasks import DataError
+from nlptasks.plugin import DataError, numbered_jsonl
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -86,8 +86,6 @@ def write_conll(sentences: list[tuple[list[str], list[str]]], stream: Any) -> No
 def read_jsonl(path: Path, skip_invalid: bool = False) -> tuple[list[dict[str, Any]], int]:
     """Objects of a jsonl file, each with its line number in ``__line__``, and how many invalid
     lines were skipped (``skip_invalid``; otherwise an invalid line is a :class:`DataError`)."""
-    from nlptasks.engine.data import numbered_jsonl
-
     skipped: list[int] = []
     rows = []
     with path.open(encoding="utf-8-sig") as fh:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from nlptasks import DataError, NlptasksError
+from nlptasks.plugin import DataError, NlptasksError, input_texts, load_run, predict_per_token
 
 from .align import encode, merge
 from .data import iter_conll, iter_conll_lines, write_conll
@@ -40,13 +40,7 @@ class NerPredictor:
                         "writes token and predicted tag per line"}
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoTokenizer
-
-        from nlptasks.engine import load_trained_model
-
-        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = load_trained_model(run_dir, manifest, "AutoModelForTokenClassification")
-        self.model.eval()
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForTokenClassification")
         settings = manifest.get("ner", {})
         self.max_length = int(manifest.get("max_length") or 128)
         self.stride = int(settings.get("stride", 16))
@@ -69,8 +63,7 @@ class NerPredictor:
                 return sep.join(words), words, spans, True
             if "text" not in item:
                 raise DataError(f"expected a 'text' or 'tokens' field; fields: {', '.join(item)}", row=index + 1)
-            item = item["text"]
-        text = "" if item is None else str(item)
+        text = input_texts([item], "text", offset=index)[0]
         pattern = r"\S" if self.word_split == "char" else r"\S+"
         matches = list(re.finditer(pattern, text))
         return text, [m.group() for m in matches], [m.span() for m in matches], False
@@ -97,31 +90,21 @@ class NerPredictor:
 
     def predict_tags(self, sentences: list[list[str]]) -> list[list[tuple[str, float]]]:
         """``(tag, probability)`` per word of each sentence (lists of words)."""
-        import torch
+        import numpy as np
 
         out: list[list[tuple[str, float]]] = [[] for _ in sentences]
         todo = [i for i, s in enumerate(sentences) if s]
         if not todo:
             return out
         features, windows = encode(self.tokenizer, [sentences[i] for i in todo], self.max_length, self.stride)
-        accepted = _accepted(self.model)
-        device = next(self.model.parameters()).device
-        order = sorted(range(len(windows)), key=lambda w: len(features["input_ids"][w]))
-        window_preds: list[list[Any]] = [[] for _ in windows]
-        with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                batch = self.tokenizer.pad(
-                    [{k: features[k][w] for k in features if k in accepted} for w in idx], return_tensors="pt"
-                )
-                batch = {k: v.to(device) for k, v in batch.items()}
-                probs = torch.softmax(self.model(**batch).logits.float(), dim=-1)
-                values, indices = (t.cpu().tolist() for t in probs.max(dim=-1))
-                for row, w in enumerate(idx):
-                    window_preds[w] = [
-                        None if pos < 0 else (indices[row][pos], values[row][pos])
-                        for pos in windows[w].first
-                    ]
+        logits = predict_per_token(self.model, self.tokenizer, features, self.batch_size)["logits"]
+        window_preds: list[list[Any]] = []
+        for window, values in zip(windows, logits, strict=True):
+            probs = np.exp(values - values.max(axis=-1, keepdims=True))
+            probs /= probs.sum(axis=-1, keepdims=True)
+            best = probs.argmax(axis=-1)
+            window_preds.append([None if pos < 0 else (int(best[pos]), float(probs[pos, best[pos]]))
+                                 for pos in window.first])
         merged = merge(windows, window_preds, [len(sentences[i]) for i in todo], default=None)
         o_id = next((i for i, name in self.id2label.items() if name == "O"), 0)
         for i, words in zip(todo, merged, strict=True):
@@ -146,8 +129,3 @@ class NerPredictor:
             results.append(result)
         return results
 
-
-def _accepted(model: Any) -> set[str]:
-    from nlptasks.engine.inference import accepted_inputs
-
-    return accepted_inputs(model)

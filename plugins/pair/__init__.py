@@ -28,10 +28,38 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from nlptasks import DataError, RunContext, TaskSpec, hookimpl
-from nlptasks.engine.data import ROW_COLUMN
-from nlptasks.labels import label_text as _label_text
-from nlptasks.labels import sort_labels
+from nlptasks.plugin import (
+    ROW_COLUMN,
+    DataError,
+    Evaluation,
+    Finding,
+    Problem,
+    RecipeError,
+    RunContext,
+    TaskSpec,
+    Usage,
+    balance,
+    blank_texts,
+    build_trainer,
+    classification_report,
+    classification_sections,
+    correlations,
+    duplicates,
+    filter_rows,
+    get_tokenizer,
+    hookimpl,
+    label_config,
+    label_sets,
+    load_model,
+    make_training_arguments,
+    require_columns,
+    row_numbers,
+    sort_labels,
+    split_overlap,
+    train_and_evaluate,
+    truncation,
+)
+from nlptasks.plugin import label_text as _label_text
 
 
 class PairOptions(BaseModel):
@@ -95,6 +123,31 @@ def _stratify(options: PairOptions) -> str | None:
     return options.label_column if options.label_type == "classes" else None
 
 
+def _metrics(options: PairOptions) -> tuple[str, ...]:
+    """classes: accuracy and F1s; scores and the bi-encoder: Spearman and Pearson"""
+    if options.mode == "bi":
+        scored = ("spearman", "pearson")
+        return (*scored, "accuracy", "threshold") if options.label_type == "classes" else scored
+    if options.label_type == "score":
+        return ("spearman", "pearson")
+    return ("accuracy", "f1_macro", "precision_macro", "recall_macro", "f1", "f1/<class>", "precision/<class>",
+            "recall/<class>", "support/<class>")
+
+
+def _usage(manifest: dict[str, Any]) -> Usage:
+    """The two texts of a pair of the run's data; bi-encoders: the labels they can give, if any."""
+    example = manifest.get("example")
+    pair = tuple(example) if isinstance(example, list) and len(example) == 2 else ("text a", "text b")
+    labels = None
+    if manifest.get("mode") == "bi":
+        labels = ("`" + "`, `".join(manifest["labels"]) + f"` (cosine similarity ≥ {manifest['threshold']:.4f}: "
+                  f"`{manifest['labels'][1]}`)") if manifest.get("threshold") is not None and manifest.get("labels")             else "- (similarity scores)"
+    elif manifest.get("label_type") == "score":
+        low, high = (manifest.get("score_range") or [None, None])[:2]
+        labels = f"- (scores, {low:g} to {high:g} in training)" if low is not None else "- (scores)"
+    return Usage(example=pair, labels=labels)
+
+
 @hookimpl
 def register_tasks(register: Any) -> None:
     register(
@@ -106,6 +159,9 @@ def register_tasks(register: Any) -> None:
             greater_is_better=True,
             stratify_by=_stratify,
             peft_task_type=_peft_task_type,
+            metrics=_metrics,
+            label_fields={"labels": "example"},
+            usage=_usage,
         )
     )
 
@@ -145,42 +201,19 @@ def clean(ctx: RunContext, data: Any) -> Any:
     from datasets import DatasetDict
 
     opts: PairOptions = ctx.options
-    names = {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column, "label_column": opts.label_column}
-    out = {}
-    for split, ds in data.items():
-        where = ctx.sources.get(split, split)
-        for key, column in names.items():
-            if column not in ds.column_names:
-                raise DataError(
-                    f"no column {column!r} (options.{key}); the columns are: "
-                    f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)}",
-                    path=where,
-                    hint=f"Name the right column with --set options.{key}=NAME.",
-                )
-        if ROW_COLUMN not in ds.column_names:
-            ds = ds.add_column(ROW_COLUMN, list(range(1, len(ds) + 1)))
-        keep, dropped = [], {}
-        columns = zip(ds[opts.text_a_column], ds[opts.text_b_column], ds[opts.label_column], ds[ROW_COLUMN], strict=True)
-        for i, (a, b, label, row) in enumerate(columns):
-            problem = _row_problem(a, b, label, opts)
-            if problem is None:
-                keep.append(i)
-            elif opts.bad_rows == "error":
-                shown = f" (got {label!r})" if problem == "score is not a number" else ""
-                raise DataError(
-                    f"{problem}{shown}",
-                    path=where,
-                    row=row,
-                    hint="Fix the row, or drop such rows and count them with --set options.bad_rows=skip.",
-                )
-            else:
-                dropped[problem] = dropped.get(problem, 0) + 1
-        for reason, n in dropped.items():
-            ctx.drop(split, reason, n)
-        if not keep:
-            raise DataError("no usable rows left", path=where)
-        out[split] = ds.select(keep) if len(keep) < len(ds) else ds
-    return DatasetDict(out)
+    require_columns(ctx, data, {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column,
+                                "label_column": opts.label_column})
+
+    def problem(row: dict[str, Any]) -> str | None:
+        label = row[opts.label_column]
+        reason = _row_problem(row[opts.text_a_column], row[opts.text_b_column], label, opts)
+        if reason == "score is not a number" and opts.bad_rows == "error":
+            return f"{reason} (got {label!r})"
+        return reason
+
+    on_problem = "error" if opts.bad_rows == "error" else "drop"
+    hint = "Fix the row, or drop such rows and count them with --set options.bad_rows=skip."
+    return DatasetDict({split: filter_rows(ctx, split, ds, problem, on_problem, hint) for split, ds in data.items()})
 
 
 def class_labels(ctx: RunContext, data: Any) -> list[str]:
@@ -223,9 +256,6 @@ def class_labels(ctx: RunContext, data: Any) -> list[str]:
 @hookimpl
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     from datasets import DatasetDict
-
-    from nlptasks.engine import get_tokenizer
-    from nlptasks.errors import Problem, RecipeError
 
     opts: PairOptions = ctx.options
     data = clean(ctx, data)
@@ -279,6 +309,11 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     )
     if opts.mode == "bi":
         ctx.manifest["pooling"] = opts.pooling
+    for split in ("test", "validation", "train"):
+        if split in data and len(data[split]):
+            row = data[split][0]
+            ctx.manifest["example"] = [str(row[opts.text_a_column]), str(row[opts.text_b_column])]
+            break
     return out
 
 
@@ -286,10 +321,6 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     """The data doctor: empty sides, labels or scores, label sets and balance, duplicate pairs,
     pairs shared by train and validation/test, and pairs longer than model.max_length."""
-    from nlptasks.engine import get_tokenizer
-    from nlptasks.engine.doctor import Finding, balance, blank_texts, duplicates, label_sets, row_numbers
-    from nlptasks.engine.doctor import split_overlap, truncation
-
     opts: PairOptions = ctx.options
     findings = []
     names = {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column, "label_column": opts.label_column}
@@ -358,32 +389,22 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 
 @hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
-    from nlptasks.engine import load_model
-
     opts: PairOptions = ctx.options
     if opts.mode == "bi":
         return load_model(ctx, "AutoModel")
     if opts.label_type == "score":
         return load_model(ctx, "AutoModelForSequenceClassification", num_labels=1, problem_type="regression")
     assert ctx.labels is not None
-    return load_model(
-        ctx,
-        "AutoModelForSequenceClassification",
-        num_labels=len(ctx.labels),
-        id2label=dict(enumerate(ctx.labels)),
-        label2id={name: i for i, name in enumerate(ctx.labels)},
-    )
+    return load_model(ctx, "AutoModelForSequenceClassification", **label_config(ctx.labels))
 
 
 @hookimpl
 def nlptasks_metrics(ctx: RunContext) -> Any:
-    from nlptasks.metrics import classification_report, correlations
-
     opts: PairOptions = ctx.options
     labels = list(ctx.labels or [])
 
-    def compute_metrics(eval_pred: Any) -> dict[str, float]:
-        predictions, references = eval_pred.predictions, eval_pred.label_ids
+    def compute_metrics(evaluation: Evaluation) -> dict[str, float]:
+        predictions, references = evaluation.predictions, evaluation.label_ids
         if isinstance(predictions, tuple):
             predictions = predictions[0]
         if opts.mode == "bi" or opts.label_type == "score":
@@ -400,8 +421,6 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
 def nlptasks_training_arguments(ctx: RunContext, kwargs: dict[str, Any]) -> Any:
     if ctx.options.mode != "bi":
         return None
-    from nlptasks.engine.training import make_training_arguments
-
     # The encoder's forward() takes neither side's columns nor labels: keep them for our loss.
     return make_training_arguments({**kwargs, "remove_unused_columns": False, "label_names": ["labels"]})
 
@@ -410,7 +429,7 @@ def nlptasks_training_arguments(ctx: RunContext, kwargs: dict[str, Any]) -> Any:
 def nlptasks_data_collator(ctx: RunContext) -> Any:
     if ctx.options.mode != "bi":
         return None  # the engine's default pads the single pair sequence
-    from nlptasks_plugins.pair.biencoder import PairCollator
+    from .biencoder import PairCollator
 
     return PairCollator(ctx.tokenizer)
 
@@ -422,8 +441,7 @@ def nlptasks_trainer(
     opts: PairOptions = ctx.options
     if opts.mode != "bi":
         return None
-    from nlptasks.engine.training import build_trainer
-    from nlptasks_plugins.pair.biencoder import make_trainer_class
+    from .biencoder import make_trainer_class
 
     trainer = build_trainer(make_trainer_class(), ctx, model, args, data, data_collator, compute_metrics)
     trainer.pooling, trainer.loss_name, trainer.scale, trainer.margin = opts.pooling, opts.loss, opts.scale, opts.margin
@@ -437,8 +455,7 @@ def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
     opts: PairOptions = ctx.options
     if opts.mode != "bi" or opts.label_type != "classes":
         return None
-    from nlptasks.engine.training import train_and_evaluate
-    from nlptasks_plugins.pair.biencoder import best_threshold
+    from .biencoder import best_threshold
 
     metrics = train_and_evaluate(ctx, trainer, data)
     fit_on = "validation" if "validation" in data and len(data["validation"]) else "train"
@@ -460,8 +477,6 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
     """Cross-encoder with classes: the model card's per-class table and confusion matrix."""
     if ctx.options.mode != "cross" or ctx.options.label_type != "classes":
         return []
-    from nlptasks.engine.report import classification_sections
-
     return classification_sections(ctx, trainer, data, metrics)
 
 
@@ -474,7 +489,7 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
 def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
     if manifest.get("task") != "pair":
         return None
-    from nlptasks_plugins.pair.predict import BiEncoderPredictor, CrossEncoderPredictor
+    from .predict import BiEncoderPredictor, CrossEncoderPredictor
 
     if manifest.get("mode") == "bi":
         return BiEncoderPredictor(run_dir, manifest)

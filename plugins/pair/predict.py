@@ -1,8 +1,9 @@
 """Step 10 for ``pair``: predictors for cross-encoder and bi-encoder runs.
 
-Inputs, in order of preference: dicts with the run's two text columns (rows of a csv/jsonl
-file), ``(a, b)`` tuples, strings holding ``a<TAB>b`` (lines of a txt file or stdin), or plain
-strings taken two at a time (``nlptasks infer --task pair "句子一" "句子二"``).
+Inputs follow the rule of every task (``nlptasks.plugin.input_fields``): rows with the run's two
+text columns (csv/jsonl files, JSON lines on stdin), ``(a, b)`` tuples, strings holding
+``a<TAB>b`` (lines of a txt file or stdin), or plain strings taken two at a time
+(``nlptasks infer --task pair "句子一" "句子二"``).
 """
 
 from __future__ import annotations
@@ -10,49 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlptasks import DataError
+from nlptasks.plugin import DataError, input_fields, input_texts, load_run, predict_logits, softmax
 
 
 def as_pairs(inputs: list[Any], col_a: str, col_b: str) -> list[tuple[str, str]]:
-    """Normalise the accepted input shapes to ``(a, b)`` pairs; errors name the input number."""
-    if not inputs:
-        return []
-    if all(isinstance(x, str) for x in inputs) and not all("\t" in x for x in inputs):
-        if len(inputs) % 2:
-            raise DataError(
-                f"{len(inputs)} texts given: pairs need an even number (text_a text_b text_a text_b ...)",
-                hint='Example: nlptasks infer --task pair "怎么退款" "如何申请退款"; in a file, one pair per '
-                "line as text_a<TAB>text_b, or a csv/jsonl with text_a and text_b columns.",
-            )
-        return [(inputs[i], inputs[i + 1]) for i in range(0, len(inputs), 2)]
-    pairs = []
-    for i, item in enumerate(inputs, start=1):
-        if isinstance(item, dict):
-            missing = [c for c in (col_a, col_b) if c not in item]
-            if missing:
-                raise DataError(f"no {missing[0]!r} field; fields: {', '.join(item)}", row=i)
-            a, b = item[col_a], item[col_b]
-        elif isinstance(item, (tuple, list)) and len(item) == 2:
-            a, b = item
-        elif isinstance(item, str) and "\t" in item:
-            a, _, b = item.partition("\t")
-        else:
-            raise DataError("expected a pair: text_a<TAB>text_b, a 2-item list, or a dict with both columns", row=i)
-        pairs.append(("" if a is None else str(a), "" if b is None else str(b)))
-    return pairs
+    """The accepted input shapes as ``(a, b)`` pairs (:func:`nlptasks.plugin.input_fields`)."""
+    return [(row[col_a], row[col_b]) for row in input_fields(inputs, (col_a, col_b))]
 
 
 class CrossEncoderPredictor:
     """Pairs → ``{"text_a", "text_b", "label", "score"}`` (classes) or ``{..., "score"}`` (scores)."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoTokenizer
-
-        from nlptasks.engine import load_trained_model
-
-        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification")
-        self.model.eval()
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification")
         self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
         self.scores = manifest.get("label_type") == "score"
         self.max_length = manifest.get("max_length")
@@ -60,8 +31,6 @@ class CrossEncoderPredictor:
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
-        from nlptasks.engine.inference import predict_logits, softmax
-
         pairs = as_pairs(inputs, *self.columns)
         logits = predict_logits(self.model, self.tokenizer, pairs, self.batch_size, self.max_length)
         results = []
@@ -83,13 +52,7 @@ class BiEncoderPredictor:
     """
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoTokenizer
-
-        from nlptasks.engine import load_trained_model
-
-        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = load_trained_model(run_dir, manifest, "AutoModel")
-        self.model.eval()
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModel")
         self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
         self.pooling = manifest.get("pooling", "mean")
         self.threshold = manifest.get("threshold")
@@ -103,7 +66,7 @@ class BiEncoderPredictor:
         import numpy as np
         import torch
 
-        from nlptasks_plugins.pair.biencoder import pool
+        from .biencoder import pool
 
         if not texts:
             return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
@@ -145,14 +108,13 @@ class BiEncoderPredictor:
         return results
 
     def _text(self, item: Any, index: int, what: str) -> str:
-        if isinstance(item, str):
-            return item
+        """A query or candidate: a text, or a row with ``text`` (or one of the run's text columns)."""
+        key = "text"
         if isinstance(item, dict):
-            for key in ("text", *self.columns):
-                if key in item:
-                    return "" if item[key] is None else str(item[key])
-            raise DataError(f"{what}: no 'text' field; fields: {', '.join(item)}", row=index + 1)
-        raise DataError(f"{what}: expected a text", row=index + 1)
+            key = next((k for k in ("text", *self.columns) if k in item), "")
+            if not key:
+                raise DataError(f"{what}: no 'text' field; fields: {', '.join(map(str, item))}", row=index + 1)
+        return input_texts([item], key, offset=index)[0]
 
     def rank(self, queries: list[Any], candidates: list[Any], top_k: int = 5) -> list[dict[str, Any]]:
         """For each query, the ``top_k`` most similar candidates (embeddings computed once each)."""

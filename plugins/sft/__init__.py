@@ -18,9 +18,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nlptasks import DataError, RecipeError, RunContext, TaskSpec, hookimpl
-from nlptasks.engine.data import ROW_COLUMN
-from nlptasks.errors import Problem
+from nlptasks.plugin import (
+    ROW_COLUMN,
+    DataError,
+    Problem,
+    RecipeError,
+    RunContext,
+    TaskSpec,
+    Usage,
+    build_trainer,
+    get_tokenizer,
+    hookimpl,
+    load_model,
+    load_run,
+    train_and_evaluate,
+)
 
 
 class GenerationEval(BaseModel):
@@ -89,24 +101,39 @@ def register_tasks(register: Any) -> None:
             best_metric="loss",
             greater_is_better=False,
             peft_task_type="CAUSAL_LM",
+            peft_unsupported=_peft_unsupported,
+            metrics=_metrics,
+            label_fields={"labels": "token"},
+            usage=_usage,
         )
     )
 
 
-@hookimpl
-def nlptasks_setup(ctx: RunContext) -> None:
-    """Refuse packing with the PEFT methods that put virtual tokens or a key/value prefix in front
-    of every sequence: they drop the restarting position ids (prompt, p_tuning) or hand the model
-    a cache (prefix), and either way packed examples would attend to each other."""
-    peft = getattr(ctx.recipe, "peft", None)
-    method = getattr(peft, "method", None) if peft is not None else None
-    if ctx.options.packing and method in {"prefix", "p_tuning", "prompt"}:
-        raise RecipeError(
-            "recipe",
-            [Problem("options.packing", f"does not work with peft.method = {method!r}: the virtual tokens or "
-                     "key/value prefix it adds would let packed examples attend to each other")],
-            hint="Turn packing off (--set options.packing=false) or use peft.method = 'lora' or 'ia3'.",
-        )
+_VIRTUAL = ("prefix", "p_tuning", "prompt")
+
+
+def _peft_unsupported(options: SftOptions) -> dict[str, str]:
+    """prefix, p_tuning and prompt with options.packing = true"""
+    if not options.packing:
+        return {}
+    # They drop the restarting position ids (prompt, p_tuning) or hand the model a cache (prefix):
+    # either way packed examples would attend to each other.
+    return {
+        method: "with options.packing = true its virtual tokens or key/value prefix would let packed examples "
+        "attend to each other; set options.packing = false, or use lora or ia3"
+        for method in _VIRTUAL
+    }
+
+
+def _metrics(options: SftOptions) -> tuple[str, ...]:
+    """perplexity, and gen_<metric> with [options.generation_eval]"""
+    gen = options.generation_eval
+    return ("perplexity", *((f"gen_{gen.metric}",) if gen is not None else ()))
+
+
+def _usage(manifest: dict[str, Any]) -> Usage:
+    """A prompt of the run's data; a generating task has no labels."""
+    return Usage(example=(manifest.get("example") or "your prompt",), labels="- (generates text)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,11 +141,9 @@ def nlptasks_setup(ctx: RunContext) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _tokenizer_and_template(ctx: RunContext, train: list[tuple[int, list[dict[str, str]]]]) -> tuple[Any, Any, list[int]]:
+def tokenizer_and_template(ctx: RunContext, train: list[tuple[int, list[dict[str, str]]]]) -> tuple[Any, Any, list[int]]:
     """The tokenizer (built from the training conversations when from scratch), the chat
     template with it, and the token ids generation stops at."""
-    from nlptasks.engine import get_tokenizer
-
     from .templates import choose_template, stop_token_ids
 
     # The template's own words (role names, alpaca headers) belong in a from-scratch vocabulary too.
@@ -169,7 +194,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         conversations[split], references[split] = kept, refs
     ctx.manifest["shape"] = shape
 
-    tokenizer, template, stops = _tokenizer_and_template(ctx, conversations["train"])
+    tokenizer, template, stops = tokenizer_and_template(ctx, conversations["train"])
     ctx.state["stop_ids"] = stops
     ctx.log.info("template %s (stored with the tokenizer); generation stops at %s", template.name,
                  ", ".join(tokenizer.convert_ids_to_tokens(stops)))
@@ -222,6 +247,12 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             for split in ("validation", "test")
             if split in conversations
         }
+    for split in ("test", "validation", "train"):
+        if conversations.get(split):
+            prompts = [m["content"] for m in conversations[split][0][1] if m["role"] == "user"]
+            if prompts:
+                ctx.manifest["example"] = prompts[-1]
+                break
     ctx.manifest.update(
         template=template.name,
         template_sha256=template.sha256,
@@ -247,8 +278,6 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 
 @hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
-    from nlptasks.engine import load_model
-
     tokenizer = ctx.tokenizer
     extra = {}
     if ctx.recipe.model.scratch is not None:
@@ -331,8 +360,6 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
 def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
     from transformers import Trainer, TrainerCallback
 
-    from nlptasks.engine.training import build_trainer
-
     class SftTrainer(Trainer):
         """Adds ``perplexity`` (exp of the loss) to every evaluation it logs and returns."""
 
@@ -373,8 +400,6 @@ def generation_score(ctx: RunContext, model: Any, split: str) -> float:
 
 @hookimpl
 def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
-    from nlptasks.engine.training import train_and_evaluate
-
     metrics = train_and_evaluate(ctx, trainer, data)
     gen = ctx.options.generation_eval
     if gen is not None:
@@ -395,17 +420,12 @@ class SftPredictor:
     """Prompts (strings, alpaca rows or chat rows) → ``{"prompt", "response"}``, batched."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 16) -> None:
-        from transformers import AutoTokenizer
-
-        from nlptasks.engine import load_trained_model
-
         from .generate import GenerationSettings
         from .templates import stop_token_ids
 
-        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForCausalLM")
         if not getattr(self.tokenizer, "chat_template", None):
             raise DataError(f"{run_dir}: the run's tokenizer has no chat template (not an sft run?)")
-        self.model = load_trained_model(run_dir, manifest, "AutoModelForCausalLM")
         self.model.config.use_cache = True
         self.manifest = manifest
         self.options = SftOptions.model_validate(manifest.get("options", {}))

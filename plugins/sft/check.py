@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nlptasks import RunContext
-from nlptasks.engine.doctor import Finding, duplicates, row_numbers, split_overlap, truncation
+from nlptasks.plugin import Finding, RunContext, duplicates, row_numbers, split_overlap, truncation
 
 from .data import RowProblem, detect_shape, to_messages
 
 
 def check(ctx: RunContext, data: Any) -> list[Finding]:
-    from . import _tokenizer_and_template
+    from . import tokenizer_and_template
     from .templates import loss_labels, supervised_spans
 
     opts = ctx.options
@@ -46,7 +45,7 @@ def check(ctx: RunContext, data: Any) -> list[Finding]:
                            label=lambda r: " ".join(r["messages"][-1]["content"].split()), what="prompt")
     findings += split_overlap(ctx, as_rows, lambda r: prompt(r["messages"]), what="prompt")
 
-    tokenizer, _, _ = _tokenizer_and_template(ctx, conversations.get("train", []))
+    tokenizer, _, _ = tokenizer_and_template(ctx, conversations.get("train", []))
     max_length = ctx.recipe.model.max_length
     for split, items in conversations.items():
         long_rows, cut_away, gold, lost = [], [], 0, 0

@@ -24,7 +24,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from nlptasks import NlptasksError
+from nlptasks.plugin import NlptasksError
 
 CHATML = (
     "{%- for message in messages -%}"

@@ -25,7 +25,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from nlptasks import DataError, RunContext, TaskSpec, hookimpl
+from nlptasks.plugin import (
+    DataError,
+    Evaluation,
+    RunContext,
+    TaskSpec,
+    get_tokenizer,
+    hookimpl,
+    input_texts,
+    label_config,
+    load_model,
+    load_run,
+    predict_logits,
+    require_columns,
+    row_numbers,
+    sigmoid,
+)
 
 __version__ = "0.1.0"
 
@@ -65,6 +80,10 @@ def register_tasks(register: Any) -> None:
             best_metric="f1_micro",
             greater_is_better=True,
             stratify_by=None,  # a row has several labels: plain random splits
+            metrics=("f1_micro", "precision_micro", "recall_micro", "exact_match", "f1_macro", "f1/<label>",
+                     "precision/<label>", "recall/<label>", "support/<label>"),
+            label_fields={"labels": "example"},  # one multi-hot vector per text
+            peft_task_type="SEQ_CLS",  # a sequence classifier: lora, ia3, prompt, p_tuning train it
         )
     )
 
@@ -98,27 +117,20 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     import numpy as np
     from datasets import Dataset, DatasetDict
 
-    from nlptasks.engine import get_tokenizer
-
     opts: MultilabelOptions = ctx.options
-    for split, ds in data.items():
-        for column, key in ((opts.text_column, "text_column"), (opts.labels_column, "labels_column")):
-            if column not in ds.column_names:
-                raise DataError(
-                    f"no column {column!r}; the columns are: {', '.join(ds.column_names)}",
-                    path=ctx.sources.get(split, split),
-                    hint=f"Name the right column with --set options.{key}=NAME.",
-                )
+    require_columns(ctx, data, {"text_column": opts.text_column, "labels_column": opts.labels_column})
 
     # Drop (and count) rows without text; parse every row's labels, remembering its row number.
     parsed: dict[str, list[tuple[int, str, list[str]]]] = {}
     for split, ds in data.items():
         rows, empty = [], 0
-        for i, (text, value) in enumerate(zip(ds[opts.text_column], ds[opts.labels_column], strict=True)):
+        numbers = row_numbers(ds)  # each row's number in its file, for errors
+        columns = zip(numbers, ds[opts.text_column], ds[opts.labels_column], strict=True)
+        for number, text, value in columns:
             if text is None or not str(text).strip():
                 empty += 1
             else:
-                rows.append((i + 1, str(text), parse_labels(value, opts.separator)))
+                rows.append((number, str(text), parse_labels(value, opts.separator)))
         ctx.drop(split, "empty text", empty)
         if not rows:
             raise DataError("no rows left after dropping empty texts", path=ctx.sources.get(split, split))
@@ -167,6 +179,8 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         ctx.log.info("%s labels: %s; %d row(s) without a label", split, counts, none)
     ctx.manifest["text_column"] = opts.text_column
     ctx.manifest["threshold"] = opts.threshold
+    first = "test" if "test" in parsed else "train"
+    ctx.manifest["example"] = parsed[first][0][1]  # a text the run's messages and card show
     return out
 
 
@@ -177,28 +191,18 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
 @hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
-    from nlptasks.engine import load_model
-
     assert ctx.labels is not None
     return load_model(
         ctx,
         "AutoModelForSequenceClassification",
-        num_labels=len(ctx.labels),
         problem_type="multi_label_classification",  # sigmoid + binary cross-entropy per label
-        id2label=dict(enumerate(ctx.labels)),
-        label2id={name: i for i, name in enumerate(ctx.labels)},
+        **label_config(ctx.labels),  # num_labels, id2label, label2id: plain transformers shows the names
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # Step 6: metrics
 # ---------------------------------------------------------------------------------------------
-
-
-def sigmoid(logits: Any) -> Any:
-    import numpy as np
-
-    return 1.0 / (1.0 + np.exp(-np.asarray(logits, dtype=np.float64)))
 
 
 def multilabel_report(predicted: Any, reference: Any, labels: list[str]) -> dict[str, float]:
@@ -246,8 +250,8 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
     labels = list(ctx.labels or [])
     threshold = ctx.options.threshold
 
-    def compute_metrics(eval_pred: Any) -> dict[str, float]:
-        logits, references = eval_pred.predictions, eval_pred.label_ids
+    def compute_metrics(evaluation: Evaluation) -> dict[str, float]:
+        logits, references = evaluation.predictions, evaluation.label_ids
         if isinstance(logits, tuple):
             logits = logits[0]
         return multilabel_report(sigmoid(logits) >= threshold, references >= 0.5, labels)
@@ -269,11 +273,9 @@ class MultilabelPredictor:
     """
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(run_dir)
-        self.model = AutoModelForSequenceClassification.from_pretrained(run_dir)
-        self.model.eval()
+        # the run's tokenizer and model: a fine-tuned model, or for a run with [peft] its base with
+        # the adapter (the one `nlptasks infer --adapter NAME` chooses)
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification")
         options = manifest.get("options", {})
         self.text_column = manifest.get("text_column") or options.get("text_column", "text")
         self.threshold = float(manifest.get("threshold", options.get("threshold", 0.5)))
@@ -281,17 +283,8 @@ class MultilabelPredictor:
         self.batch_size = batch_size
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
-    def _text(self, item: Any, index: int) -> str:
-        if isinstance(item, dict):
-            if self.text_column not in item:
-                raise DataError(f"no {self.text_column!r} field; fields: {', '.join(item)}", row=index + 1)
-            item = item[self.text_column]
-        return "" if item is None else str(item)
-
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
-        from nlptasks.engine import predict_logits
-
-        texts = [self._text(item, i) for i, item in enumerate(inputs)]
+        texts = input_texts(inputs, self.text_column)  # strings, or rows with the text column
         probs = sigmoid(predict_logits(self.model, self.tokenizer, texts, self.batch_size, self.max_length))
         results = []
         for text, p in zip(texts, probs, strict=True):

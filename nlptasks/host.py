@@ -1,5 +1,8 @@
 """The plugin host: finds plugins, validates their hooks, records the tasks they provide.
 
+Plugins are what ``nlptasks.plugin`` documents; the host is what loads them (tests build their own
+with ``Host(load_entrypoints=False)``, or :func:`nlptasks.testing.plugin_host`).
+
 Built-in and third-party plugins are found the same way: through the ``nlptasks`` entry-point
 group.  Environment variables:
 
@@ -14,6 +17,7 @@ group.  Environment variables:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -25,10 +29,12 @@ from typing import Any
 import pluggy
 
 from nlptasks import hookspecs
-from nlptasks.context import TaskSpec
+from nlptasks.engine import defaults
 from nlptasks.errors import PluginError, did_you_mean
+from nlptasks.types import TaskSpec
+from nlptasks.version import __version__
 
-__all__ = ["ENTRY_POINT_GROUP", "Host", "PluginFailure", "get_host", "reset_host"]
+__all__ = ["ENTRY_POINT_GROUP", "Host", "PluginFailure", "current_host", "get_host", "reset_host"]
 
 ENTRY_POINT_GROUP = "nlptasks"
 ENGINE_PLUGIN = "nlptasks.engine"
@@ -72,6 +78,10 @@ def _dist_of(ep: EntryPoint) -> tuple[str, str]:
     return dist.metadata["Name"], dist.version
 
 
+class _TwoPlugins(PluginError):
+    """Two plugins register the same task name: the user must choose (not a plugin's own failure)."""
+
+
 class Host:
     """A ``pluggy.PluginManager`` plus the task registry.
 
@@ -85,16 +95,16 @@ class Host:
         self.tasks: dict[str, TaskSpec] = {}
         self.failures: list[PluginFailure] = []
         self._dists: dict[str, tuple[str, str]] = {}
-        from nlptasks.engine import defaults
-
+        self._built = False
         self.pm.register(defaults, name=ENGINE_PLUGIN)
-        self._dists[ENGINE_PLUGIN] = ("nlptasks", _own_version())
+        self._dists[ENGINE_PLUGIN] = ("nlptasks", __version__)
         if load_entrypoints:
             self._load_entrypoints()
         if os.environ.get("NLPTASKS_TRACE") == "1":
             self.pm.trace.root.setwriter(lambda msg: sys.stderr.write(f"[trace] {msg}"))
             self.pm.enable_tracing()
         self._collect_tasks()
+        self._built = True
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -133,7 +143,7 @@ class Host:
                 hint="Hook names are listed in docs/hooks.md (and nlptasks/hookspecs.py).",
             ) from None
         self._dists[plugin_name] = dist or _module_dist(plugin)
-        if self.tasks:  # host already built: collect this plugin's tasks now
+        if self._built:  # host already built: collect this plugin's tasks now
             self._collect_tasks(only=plugin)
         return plugin_name
 
@@ -152,21 +162,23 @@ class Host:
 
             def register(spec: TaskSpec, _name: str = name) -> None:
                 if not isinstance(spec, TaskSpec):
-                    raise PluginError(f"plugin {_name!r} registered {spec!r}, not a nlptasks.TaskSpec")
+                    raise PluginError(f"plugin {_name!r} registered {spec!r}, not a nlptasks.plugin.TaskSpec")
                 if spec.name in self.tasks and self.tasks[spec.name].plugin != _name:
                     other = self.tasks[spec.name].plugin
-                    raise PluginError(
+                    raise _TwoPlugins(
                         f"task {spec.name!r} is provided by two plugins: {other!r} and {_name!r}",
                         hint=f"Block one of them: NLPTASKS_BLOCK_PLUGINS={_name}",
                     )
-                self.tasks[spec.name] = TaskSpec(**{**spec.__dict__, "plugin": _name})
+                self.tasks[spec.name] = dataclasses.replace(spec, plugin=_name)
 
             try:
                 impl(register=register)
-            except PluginError:
+            except _TwoPlugins:
                 raise
-            except Exception as exc:  # noqa: BLE001
-                self.failures.append(PluginFailure(name, name, self.dist_of(name)[0], _one_line(exc)))
+            except Exception as exc:  # noqa: BLE001 - a broken plugin (a bad TaskSpec) must not break the CLI
+                failure = PluginFailure(name, name, " ".join(self.dist_of(name)).strip(), _one_line(exc))
+                self.failures.append(failure)
+                log.warning("%s", failure)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -227,12 +239,6 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _own_version() -> str:
-    from nlptasks import __version__
-
-    return __version__
-
-
 def _module_dist(plugin: object) -> tuple[str, str]:
     module = plugin if isinstance(plugin, ModuleType) else sys.modules.get(type(plugin).__module__)
     top = (getattr(module, "__name__", "") or "").split(".")[0]
@@ -255,6 +261,11 @@ def get_host() -> Host:
     global _HOST
     if _HOST is None:
         _HOST = Host()
+    return _HOST
+
+
+def current_host() -> Host | None:
+    """The process-wide host if one was built (or set), without building one."""
     return _HOST
 
 

@@ -1,6 +1,6 @@
 """Measured peaks for the ladder: ``nlptasks plan --probe`` and ``nlptasks bench ladder``.
 
-Every rung runs in a fresh process: the real engine (:func:`nlptasks.engine.runner.run`) on the
+Every rung runs in a fresh process: the real engine (:func:`nlptasks.pipeline.run`) on the
 recipe with the rung's overrides and a few steps (``train.max_steps``), into a temporary folder.
 A small plugin registered in that process only measures:
 
@@ -41,7 +41,7 @@ PROBE_OVERRIDES = (
 """Set on every measured rung: no evaluation during training, worst-case (full length) batches, and
 no OOM fallback (a rung that does not fit is reported as such, not quietly changed)."""
 
-PRELOAD = ["torch", "transformers", "transformers.trainer", "datasets", "peft", "nlptasks.engine.runner"]
+PRELOAD = ["torch", "transformers", "transformers.trainer", "datasets", "peft", "nlptasks.pipeline"]
 
 
 def _status_kib(key: str) -> int | None:
@@ -151,10 +151,8 @@ def _child(path: str, overrides: list[str], conn: Any) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     result: dict[str, Any]
     try:
-        from nlptasks.engine.runner import run
         from nlptasks.errors import NlptasksError
-        from nlptasks.plugins import get_host
-        from nlptasks.recipe import load_recipe
+        from nlptasks.pipeline import get_host, load_recipe, run
 
         meter = Meter()
         host = get_host()

@@ -1,0 +1,55 @@
+"""``nlptasks validate RECIPE``: every problem of a recipe with its key path, without running it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from nlptasks.cli._common import add_recipe_arguments, print_notes
+
+__all__ = ["cmd", "register"]
+
+
+def register(sub: Any) -> None:
+    """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
+    p = sub.add_parser("validate", help="check a recipe without running it",
+                       description="Validate a recipe: report every problem with its key path.")
+    add_recipe_arguments(p)
+    p.add_argument("--show", action="store_true", help="print the resolved recipe (defaults filled in)")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args: argparse.Namespace) -> int:
+    from nlptasks.pipeline import load_recipe
+    from nlptasks.recipe import dump_toml
+
+    loaded = load_recipe(args.recipe, args.overrides)
+    print_notes(loaded)
+    r = loaded.recipe
+    data = r.data.hub or ", ".join(f"{k}={getattr(r.data, k)}" for k in ("train", "validation", "test") if getattr(r.data, k))
+    model = r.model.name_or_path or f"from scratch ({r.model.scratch.architecture}, {r.model.scratch.tokenizer} vocabulary)"  # type: ignore[union-attr]
+    if args.show:
+        print(dump_toml(loaded.resolved()), end="")
+    else:
+        print(f"ok: {args.recipe}: task {loaded.task.name!r}, data {data}, model {model}")
+    _note_machine(loaded)
+    return 0
+
+
+def _note_machine(loaded: Any) -> None:
+    """A valid recipe may still ask for what this machine lacks (a CUDA GPU, bitsandbytes): say so
+    as a note, with the settings that run here, as ``run`` would refuse it at start."""
+    from nlptasks.engine.machine import check_machine, machine_problems
+    from nlptasks.errors import RecipeError
+
+    if not machine_problems(loaded.recipe, cuda=False, bitsandbytes=False):
+        return  # asks for nothing machine-specific: no need to load torch to find out
+    try:
+        check_machine(loaded.recipe, str(loaded.path))
+    except RecipeError as exc:
+        print("note: valid, but `nlptasks run` refuses it on this machine:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"note:   {problem}", file=sys.stderr)
+        if exc.hint:
+            print(f"note: {exc.hint}", file=sys.stderr)

@@ -1,0 +1,106 @@
+"""Step 6 knows which split it scores.
+
+The engine sets ``ctx.evaluating`` around every ``trainer.evaluate`` and ``trainer.predict``
+(whoever calls them: the engine's step 9, a plugin's own, the Trainer during training) to the name
+of the split being scored, found from the dataset passed in (the tokenized splits of step 4, by
+identity, then by fingerprint; the Trainer's own ``eval_dataset`` is ``validation``).  Step 6's
+``compute_metrics`` is wrapped so that it receives an :class:`~nlptasks.types.Evaluation`: the
+predictions in the split's order, the split's name and ``ctx.side[split]``, the side data step 4
+kept for it.  A windowed task thus scores per original example without overriding step 9.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from nlptasks.context import RunContext
+from nlptasks.errors import PluginError
+from nlptasks.types import Evaluation
+
+__all__ = ["for_splits", "name_splits", "split_of"]
+
+_PREFIX_SPLITS = {"eval": "validation", "test": "test"}
+
+
+def split_of(dataset: Any, data: Any, prefix: str | None, default: str = "validation") -> str:
+    """The name of the split ``dataset`` is: by identity among ``data``'s splits, then by
+    fingerprint, then from the metric prefix (``eval`` → validation, ``test`` → test)."""
+    if dataset is None:
+        return default
+    for name, ds in (data or {}).items():
+        if ds is dataset:
+            return name
+    fingerprint = getattr(dataset, "_fingerprint", None)
+    if fingerprint is not None:
+        for name, ds in (data or {}).items():
+            if getattr(ds, "_fingerprint", None) == fingerprint:
+                return name
+    if prefix in _PREFIX_SPLITS:
+        return _PREFIX_SPLITS[prefix]
+    return prefix or default
+
+
+def for_splits(ctx: RunContext, compute_metrics: Callable[[Any], dict[str, float]] | None) -> Any:
+    """Step 6's ``compute_metrics`` as the Trainer calls it (with an ``EvalPrediction``), handing
+    the plugin an :class:`~nlptasks.types.Evaluation` of the split ``ctx.evaluating`` names, and
+    checking that the result holds the task's ``best_metric``."""
+    if compute_metrics is None:
+        return None
+    best = ctx.task.best_metric_for(ctx.options)
+    task = ctx.task
+
+    @functools.wraps(compute_metrics)
+    def metrics(prediction: Any, *args: Any, **kwargs: Any) -> dict[str, float]:
+        split = ctx.evaluating or "validation"
+        evaluation = Evaluation(
+            predictions=prediction.predictions,
+            label_ids=prediction.label_ids,
+            split=split,
+            side=ctx.side.get(split, {}),
+            inputs=getattr(prediction, "inputs", None),
+            losses=getattr(prediction, "losses", None),
+        )
+        result = compute_metrics(evaluation, *args, **kwargs)
+        if not isinstance(result, dict):
+            raise PluginError(
+                f"plugin {task.plugin!r}: step 6's compute_metrics returned {type(result).__name__}, not a dict "
+                "of metric name → number"
+            )
+        if best != "loss" and best not in result and kwargs.get("compute_result", True):
+            raise PluginError(
+                f"plugin {task.plugin!r}: task {task.name!r} picks checkpoints by {best!r}, but step 6's "
+                f"compute_metrics returned only: {', '.join(result) or 'nothing'} (on {split})",
+                hint="The task's best_metric must be among the keys compute_metrics returns (hookspecs: nlptasks_metrics).",
+            )
+        return result
+
+    return metrics
+
+
+def name_splits(trainer: Any, ctx: RunContext, data: Any) -> None:
+    """Set ``ctx.evaluating`` to the split's name around ``trainer.evaluate`` and
+    ``trainer.predict``, whatever Trainer class and caller."""
+    original_evaluate, original_predict = trainer.evaluate, trainer.predict
+
+    def scoring(split: str, call: Callable[[], Any]) -> Any:
+        before = ctx.evaluating
+        ctx.evaluating = split
+        try:
+            return call()
+        finally:
+            ctx.evaluating = before
+
+    def evaluate(eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval", **kwargs: Any) -> Any:
+        split = split_of(eval_dataset, data, metric_key_prefix)
+        return scoring(split, lambda: original_evaluate(eval_dataset=eval_dataset, ignore_keys=ignore_keys,
+                                                        metric_key_prefix=metric_key_prefix, **kwargs))
+
+    def predict(test_dataset: Any, ignore_keys: Any = None, metric_key_prefix: str = "test", **kwargs: Any) -> Any:
+        split = split_of(test_dataset, data, metric_key_prefix, default="test")
+        return scoring(split, lambda: original_predict(test_dataset, ignore_keys=ignore_keys,
+                                                       metric_key_prefix=metric_key_prefix, **kwargs))
+
+    trainer.evaluate = evaluate
+    trainer.predict = predict

@@ -1,0 +1,91 @@
+"""What a predictor receives, read one way for every task (the rule in
+:class:`nlptasks.types.Predictor`).
+
+Inputs are strings (texts given as arguments, lines of a ``.txt`` file or of plain stdin) or dicts
+(rows of a csv/tsv/jsonl/json file, or of stdin read as JSON lines).  A task whose input has
+several fields reads them with :func:`input_fields`: from a dict by column name; from a string
+holding the fields separated by TABs; or, when no string holds a TAB, from consecutive strings.
+Errors name the input's number (``nlptasks infer`` turns it into the file row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from nlptasks.errors import DataError
+
+__all__ = ["input_fields", "input_texts"]
+
+
+def _field_text(value: Any, field: str, index: int) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or isinstance(value, (dict, list, tuple)):
+        kind = {dict: "an object", list: "a list", tuple: "a list"}.get(type(value), "true/false")
+        raise DataError(f"field {field!r} holds {kind} ({_short(value)}), not a text", row=index + 1)
+    if isinstance(value, (int, float)):
+        return str(value)
+    raise DataError(f"field {field!r} holds a {type(value).__name__}, not a text", row=index + 1)
+
+
+def _short(value: Any) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def input_fields(inputs: Sequence[Any], fields: Sequence[str], offset: int = 0) -> list[dict[str, str]]:
+    """One dict ``{field: text}`` per input, by the rule of :class:`nlptasks.types.Predictor`.
+
+    :param inputs: what the predictor was called with.
+    :param fields: the input's field names, in order (the run's column names, e.g.
+        ``("text_a", "text_b")``); dict inputs are read by these names.
+    :param offset: added to the input numbers in errors (when ``inputs`` are part of a larger call).
+    :returns: one dict per input; with several fields and only plain strings (no TAB), one per
+        ``len(fields)`` consecutive strings.
+    :raises DataError: naming the input number and what is missing or of the wrong kind.
+    """
+    fields = list(fields)
+    n = len(fields)
+    if not inputs:
+        return []
+    if n > 1 and all(isinstance(x, str) and "\t" not in x for x in inputs):
+        if len(inputs) % n:
+            raise DataError(
+                f"{len(inputs)} text(s) given; each input is {n} texts ({', '.join(fields)}), so give a multiple of {n}",
+                hint=f"Give the {n} texts of each input in order, or one line per input with the fields separated "
+                f"by a TAB, or a csv/jsonl file with the columns {', '.join(fields)}.",
+            )
+        return [dict(zip(fields, inputs[i : i + n], strict=True)) for i in range(0, len(inputs), n)]
+    out = []
+    for i, item in enumerate(inputs, start=offset):
+        if isinstance(item, dict):
+            missing = [f for f in fields if f not in item]
+            if missing:
+                raise DataError(f"no {missing[0]!r} field; fields: {', '.join(map(str, item)) or 'none'}", row=i + 1)
+            out.append({f: _field_text(item[f], f, i) for f in fields})
+        elif isinstance(item, str):
+            parts = [item] if n == 1 else item.split("\t", n - 1)
+            if len(parts) != n:
+                raise DataError(
+                    f"expected {n} fields ({', '.join(fields)}) separated by a TAB, found {len(parts)}", row=i + 1
+                )
+            out.append(dict(zip(fields, parts, strict=True)))
+        elif isinstance(item, (list, tuple)) and len(item) == n:
+            out.append({f: _field_text(v, f, i) for f, v in zip(fields, item, strict=True)})
+        else:
+            raise DataError(
+                f"cannot read an input of type {type(item).__name__} ({_short(item)}): expected a text or a row with "
+                f"{', '.join(fields)}",
+                row=i + 1,
+            )
+    return out
+
+
+def input_texts(inputs: Sequence[Any], column: str = "text", offset: int = 0) -> list[str]:
+    """The text of each input of a one-field task: strings as they are, dicts by ``column``."""
+    return [row[column] for row in input_fields(inputs, [column], offset)]

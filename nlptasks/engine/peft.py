@@ -1,0 +1,268 @@
+"""PEFT at training time: wrap step 5's model in the recipe's adapter, and save what loading and
+``nlptasks export --merge`` need.
+
+A recipe with a ``[peft]`` table trains an adapter on a frozen base.  The engine applies it right
+after step 5 (:func:`apply_peft`), so task plugins build their model exactly as without PEFT and
+declare only their peft task type (``TaskSpec.peft_task_type``).  An adapter run folder holds::
+
+    adapter_config.json, adapter_model.safetensors   the adapter "default" (and the trained head)
+    base/                                             the frozen base: config.json (head settings),
+                                                      plus model.safetensors when it was built from
+                                                      scratch (random weights nobody could rebuild)
+    adapters/NAME/                                    further adapters on the same base (add-adapter)
+    peft_check.json                                   a few tokenized validation inputs, to verify
+                                                      `nlptasks export --merge`
+
+and its manifest (``nlptasks.json``) a ``peft`` entry: method, task type, base, adapters,
+parameter counts.  Paths in it are relative to the run folder, so the folder can be moved.
+Loading such runs: :mod:`nlptasks.engine.trained`; merging: :mod:`nlptasks.engine.merge`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nlptasks.errors import Problem, RecipeError, first_line
+
+if TYPE_CHECKING:
+    from nlptasks.context import RunContext
+
+__all__ = [
+    "ADAPTERS_DIR",
+    "ADAPTER_FILES",
+    "BASE_DIR",
+    "CHECK_FILE",
+    "DEFAULT_ADAPTER",
+    "apply_peft",
+    "file_sha256",
+    "parameter_line",
+    "peft_config",
+    "prefix_problem",
+    "quiet_peft",
+    "write_check_inputs",
+]
+
+BASE_DIR = "base"
+ADAPTERS_DIR = "adapters"
+CHECK_FILE = "peft_check.json"
+DEFAULT_ADAPTER = "default"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+CHECK_ROWS = 4
+
+
+def _ia3_modules(model: Any, target: Any, feedforward: Any) -> tuple[Any, Any]:
+    """IA3's ``target_modules = "all-linear"`` spelled out, with the feed-forward layers among them.
+
+    peft resolves "all-linear" to full module names but takes its default feed-forward layers as
+    short names (``down_proj``), then refuses to load the adapter it saved because the second set
+    is not a subset of the first. Naming both in full here gives an adapter that loads again.
+    """
+    if not (isinstance(target, str) and target.lower() == "all-linear"):
+        return target, feedforward
+    import peft as p
+    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING as FEEDFORWARD
+
+    probe = p.LoraConfig(target_modules="all-linear")  # the same resolution peft does for every method
+    names = sorted(_maybe_include_all_linear_layers(probe, model).target_modules)
+    short = feedforward if feedforward is not None else FEEDFORWARD.get(model.config.model_type)
+    if short is None:
+        return names, None  # peft names the missing feedforward_modules itself
+    short = [short] if isinstance(short, str) else list(short)
+    full = [n for n in names if any(n == f or n.endswith("." + f) for f in short)]
+    return names, full
+
+
+def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
+    """The peft config object for the recipe's ``[peft]`` table."""
+    import peft as p
+
+    cfg = ctx.recipe.peft
+    assert cfg is not None
+    common: dict[str, Any] = {"task_type": task_type}
+    if cfg.modules_to_save:
+        common["modules_to_save"] = list(cfg.modules_to_save)
+    hidden = getattr(model.config, "hidden_size", None)
+    if cfg.method == "lora":
+        return p.LoraConfig(
+            r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias=cfg.bias,
+            target_modules=cfg.target_modules, **common,
+        )
+    if cfg.method == "ia3":
+        target, feedforward = _ia3_modules(model, cfg.target_modules, cfg.feedforward_modules)
+        return p.IA3Config(target_modules=target, feedforward_modules=feedforward, **common)
+    common["num_virtual_tokens"] = cfg.num_virtual_tokens
+    if cfg.method == "prefix":
+        return p.PrefixTuningConfig(
+            prefix_projection=cfg.prefix_projection, encoder_hidden_size=cfg.encoder_hidden_size or hidden, **common
+        )
+    if cfg.method == "p_tuning":
+        return p.PromptEncoderConfig(
+            encoder_reparameterization_type=cfg.encoder_type, encoder_hidden_size=cfg.encoder_hidden_size or hidden,
+            encoder_num_layers=cfg.encoder_layers, encoder_dropout=cfg.encoder_dropout, **common,
+        )
+    if cfg.prompt_init_text:
+        # peft reads the init text's token ids with AutoTokenizer from a folder: the run folder,
+        # where the run's tokenizer is written now (and again at the end of the run).
+        ctx.tokenizer.save_pretrained(str(ctx.output_dir))
+        return p.PromptTuningConfig(
+            prompt_tuning_init=p.PromptTuningInit.TEXT, prompt_tuning_init_text=cfg.prompt_init_text,
+            tokenizer_name_or_path=str(ctx.output_dir), **common,
+        )
+    return p.PromptTuningConfig(prompt_tuning_init=p.PromptTuningInit.RANDOM, **common)
+
+
+def prefix_problem(model: Any, task_type: str) -> str | None:
+    """Why peft's prefix tuning cannot run on ``model``, or ``None`` when it can.
+
+    Prefix tuning hands its trained keys and values to the model as ``past_key_values``.  For
+    sequence and token classification peft looks for that argument in the forward of the model or
+    of its backbone and refuses the model without it; transformers 5.24 renamed the argument to
+    ``cache`` in its encoders (BERT and others), so peft 0.21 refuses them there.  Causal LMs and
+    plain encoders (feature extraction) go through other peft paths and are not affected.
+    """
+    import inspect
+
+    if task_type not in ("SEQ_CLS", "TOKEN_CLS"):
+        return None
+
+    def takes_past(module: Any) -> bool:
+        return "past_key_values" in inspect.signature(module.forward).parameters
+
+    backbone = getattr(model, getattr(model, "base_model_prefix", ""), None)
+    if takes_past(model) or (backbone is not None and takes_past(backbone)):
+        return None
+    import transformers
+
+    return (
+        f"peft passes the prefix as past_key_values, which neither {type(model).__name__}.forward nor its "
+        f"backbone takes in transformers {transformers.__version__} (peft 0.21 predates its rename to 'cache')"
+    )
+
+
+def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
+    """Wrap step 5's ``model`` with the recipe's ``[peft]`` method; save what loading needs.
+
+    Saves the frozen base (``base/``: its config, and its weights when built from scratch) and a
+    few tokenized inputs (``peft_check.json``), logs and records the trainable and total parameter
+    counts, and returns the ``PeftModel`` that steps 6 to 9 train.
+    """
+    from peft import get_peft_model
+
+    cfg = ctx.recipe.peft
+    assert cfg is not None
+    task_type = ctx.task.peft_task_type_for(ctx.options)
+    if task_type is None:  # load_recipe refuses this; a plugin may have changed its mind since
+        raise RecipeError("recipe", [Problem("peft", f"task {ctx.task.name!r} does not support PEFT")])
+    reason = prefix_problem(model, task_type) if cfg.method == "prefix" else None
+    if reason:
+        raise RecipeError(
+            "recipe",
+            [Problem("peft.method", f"'prefix' cannot train {type(model).__name__}: {reason}; "
+                     "use 'lora', 'ia3', 'p_tuning' or 'prompt' (--set peft.method=lora)")],
+        )
+    out = ctx.output_dir
+    base_dir = out / BASE_DIR
+    model_cfg = ctx.recipe.model
+    from nlptasks.engine.distributed import is_main
+
+    main = is_main()  # in a distributed run only rank 0 writes the run folder
+    if model_cfg.name_or_path is None:
+        if main:
+            model.save_pretrained(str(base_dir))
+        base: dict[str, Any] = {
+            "kind": "scratch",
+            "path": BASE_DIR,
+            "sha256": file_sha256(base_dir / "model.safetensors") if main else None,
+        }
+    else:
+        if main:
+            model.config.save_pretrained(str(base_dir))
+        base = {"kind": "pretrained", "name_or_path": model_cfg.name_or_path, "revision": model_cfg.revision, "config": BASE_DIR}
+        if model_cfg.allow_pickle:
+            base["allow_pickle"] = True  # inference may load the base's pickle weights too
+    base["dtype"] = model_cfg.dtype
+    if cfg.quantization != "none":
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model)
+    config = peft_config(ctx, model, task_type)
+    try:
+        with quiet_peft():
+            model = get_peft_model(model, config)
+    except (ValueError, TypeError, KeyError) as exc:
+        first = first_line(exc)
+        key = "peft.target_modules" if cfg.method in ("lora", "ia3") else "peft.method"
+        raise RecipeError(
+            "recipe",
+            [Problem(key, f"peft cannot apply {cfg.method!r} to {type(model).__name__}: {first}")],
+            hint="List the model's module names with: python -c \"import transformers; "
+            "print([n for n, _ in transformers.AutoModel.from_pretrained('MODEL').named_modules()])\"",
+        ) from None
+    trainable, total = model.get_nb_trainable_parameters()
+    ctx.log.info("peft %s (%s): %s", cfg.method, task_type, parameter_line(trainable, total))
+    if main:
+        write_check_inputs(out / CHECK_FILE, data)
+    ctx.manifest["peft"] = {
+        "method": cfg.method,
+        "task_type": task_type,
+        "base": base,
+        "quantization": cfg.quantization,
+        "trainable_parameters": trainable,
+        "total_parameters": total,
+        "adapters": {DEFAULT_ADAPTER: {"path": ".", "method": cfg.method}},
+        "check": CHECK_FILE,
+    }
+    return model
+
+
+@contextlib.contextmanager
+def quiet_peft() -> Iterator[None]:
+    """peft 0.21 calls a transformers 5 method that warns it is deprecated on every wrap: hide that."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
+def parameter_line(trainable: int, total: int) -> str:
+    """``trainable 12,345 of 1,234,567 parameters (1.0%)``."""
+    share = 100 * trainable / total if total else 0.0
+    return f"trainable {trainable:,} of {total:,} parameters ({share:.1f}%)"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_check_inputs(path: Path, data: Any, rows: int = CHECK_ROWS) -> None:
+    """Store up to ``rows`` tokenized rows of validation (else train) for the merge check.
+
+    Every ``input_ids*`` column is one input (``input_ids``, or ``input_ids_a`` and
+    ``input_ids_b`` for tasks that encode two sides apart), with its ``attention_mask`` and
+    ``token_type_ids`` of the same suffix.
+    """
+    split = "validation" if "validation" in data and len(data["validation"]) else "train"
+    ds = data[split]
+    columns = ds.column_names
+    inputs = []
+    for column in sorted(c for c in columns if c.startswith("input_ids")):
+        suffix = column[len("input_ids") :]
+        for i in range(min(rows, len(ds))):
+            row = ds[i]
+            sample = {"input_ids": [int(t) for t in row[column]]}
+            for name in ("attention_mask", "token_type_ids"):
+                if name + suffix in columns:
+                    sample[name] = [int(t) for t in row[name + suffix]]
+            inputs.append(sample)
+    path.write_text(json.dumps({"split": split, "inputs": inputs}) + "\n", encoding="utf-8")
+

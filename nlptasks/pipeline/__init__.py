@@ -1,0 +1,32 @@
+"""The pipeline: the ten steps driven through the plugin host.
+
+``run`` (train and save a run), ``check`` (the data doctor), ``inspect_batch``, and
+``load_predictor`` (step 10) share one steps-1-to-4 function (:func:`steps_1_to_4`); the commands
+that do not train run it in a throw-away folder that is removed afterwards.  Above the engine
+(which knows no host) and below the CLI.
+"""
+
+from __future__ import annotations
+
+from nlptasks.pipeline.check import Report, check
+from nlptasks.pipeline.inspect import inspect_batch
+from nlptasks.pipeline.predict import latest_run, load_predictor
+from nlptasks.pipeline.run import RunResult, run, save_run
+from nlptasks.pipeline.steps import get_host, library_progress_bars, load_recipe, prepared, scratch_context, steps_1_to_4
+
+__all__ = [
+    "Report",
+    "RunResult",
+    "check",
+    "get_host",
+    "inspect_batch",
+    "latest_run",
+    "library_progress_bars",
+    "load_predictor",
+    "load_recipe",
+    "prepared",
+    "run",
+    "save_run",
+    "scratch_context",
+    "steps_1_to_4",
+]

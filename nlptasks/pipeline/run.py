@@ -1,0 +1,269 @@
+"""``nlptasks run``: the ten steps in order, and the run folder they leave behind
+(:mod:`nlptasks.engine.rundir` lists its files)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import platform
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nlptasks.context import RunContext
+from nlptasks.engine.rundir import (
+    MANIFEST,
+    mark_complete,
+    run_dir_for,
+    runs_base,
+    write_error,
+    write_json,
+    write_text_atomic,
+    wrapped_io_error,
+)
+from nlptasks.errors import NlptasksError
+from nlptasks.host import Host, get_host
+from nlptasks.pipeline.steps import library_progress_bars, load_recipe, steps_1_to_4
+from nlptasks.recipe import LoadedRecipe, dump_toml
+
+__all__ = ["RunResult", "run", "save_run"]
+
+
+@dataclass
+class RunResult:
+    """What :func:`run` returns: the run folder, its metrics by split, the wall time, and the
+    manifest (``nlptasks.json``)."""
+
+    output_dir: Path
+    metrics: dict[str, Any]
+    seconds: float
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def run(
+    recipe: str | Path | LoadedRecipe,
+    overrides: Iterable[str] = (),
+    host: Host | None = None,
+    progress: bool = True,
+    resume: bool | str | Path = False,
+) -> RunResult:
+    """Run a recipe through the ten steps and save the run; return its directory and metrics.
+
+    :param resume: continue an incomplete run of this recipe from its last complete checkpoint
+        (``nlptasks run --resume``): ``True`` for the latest one under ``<output.dir>/<task>``,
+        or the run folder.  A run whose recipe differs is refused, naming the keys that differ.
+    """
+    host = host or get_host()
+    loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
+    from nlptasks.engine import distributed
+    from nlptasks.engine.machine import check_machine
+
+    check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
+    model = loaded.recipe.model
+    if model.name_or_path:  # safety switches, before the tokenizer or model load anything
+        from nlptasks.engine.modeling import check_weight_files, warn_remote_code
+
+        check_weight_files(model.name_or_path, model.allow_pickle)
+        warn_remote_code(logging.getLogger("nlptasks"), model.name_or_path, model.trust_remote_code)
+    started = time.perf_counter()
+    resuming = resume is not False and resume is not None
+
+    def pick_run_dir() -> tuple[Path, Path | None]:
+        if not resuming:
+            return run_dir_for(loaded), None
+        from nlptasks.engine.resume import find_run, latest_checkpoint
+
+        given = None if resume is True else Path(resume)
+        found = find_run(loaded, runs_base(loaded), given)
+        return found, latest_checkpoint(found / "checkpoints")
+
+    output_dir, resume_from = distributed.on_main(pick_run_dir)  # one folder for every rank
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=output_dir)
+    ctx.resume_from = resume_from
+    hooks = host.hooks_for(loaded.task)
+    if not distributed.is_main():
+        logging.getLogger("nlptasks").setLevel(logging.WARNING)  # rank 0 logs for the run
+    if resuming:
+        if resume_from is not None:
+            ctx.log.info("resume %s from %s", output_dir, resume_from.name)
+        else:
+            ctx.log.info("resume %s: no complete checkpoint there, so training starts over in it", output_dir)
+    else:
+        ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
+    if distributed.world_size() > 1:
+        ctx.manifest["distributed"] = {"world_size": distributed.world_size(), "backend": distributed.backend()}
+        ctx.log.info("distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend())
+
+    try:
+        with library_progress_bars(progress):
+            metrics, trainer, data = _steps(ctx, hooks, loaded, progress)
+            seconds = time.perf_counter() - started
+            manifest = save_run(ctx, host, trainer, metrics, seconds, loaded, hooks, data)
+    except OSError as exc:
+        raise write_error(exc, output_dir) from None
+    except Exception as exc:
+        io_error = wrapped_io_error(exc, output_dir)
+        if io_error is None:
+            raise
+        raise write_error(io_error, output_dir) from None
+    return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds, manifest=manifest)
+
+
+def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any, Any]:
+    """Steps 1 to 9; returns the metrics, the trainer (whose model is saved) and the tokenized data."""
+    from nlptasks.engine.distributed import is_main, world_size
+
+    def write_state() -> None:
+        if is_main():
+            from nlptasks.engine.resume import write_run_state
+
+            write_run_state(ctx.output_dir, loaded)  # the recipe hash that --resume checks
+            write_text_atomic(
+                ctx.output_dir / "recipe.toml",
+                dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\n"
+                                                    "Re-run: nlptasks run recipe.toml"),
+            )
+
+    data = steps_1_to_4(ctx, hooks, after_setup=write_state)  # 1-4
+    if "train" not in data or len(data["train"]) == 0:
+        raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
+    model = hooks.nlptasks_build_model(ctx=ctx)  # 5
+    from nlptasks.engine.evaluation import for_splits, name_splits
+    from nlptasks.engine.optimize import prepare_model, train_with_oom_fallback
+
+    model = prepare_model(ctx, model)  # [optimize]: attention, freezing
+    if loaded.recipe.peft is not None:  # the adapter goes on the model step 5 built
+        from nlptasks.engine.peft import apply_peft
+
+        model = apply_peft(ctx, model, data)
+    compute_metrics = for_splits(ctx, hooks.nlptasks_metrics(ctx=ctx))  # 6, told which split it scores
+
+    from nlptasks.engine.ordering import order_evaluation
+    from nlptasks.engine.training import guard_trainer, training_kwargs, use_readable_logs
+
+    has_validation = "validation" in data and len(data["validation"]) > 0
+    kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
+    collators: list[Any] = []
+
+    def build(kwargs: dict[str, Any]) -> Any:  # steps 7, 8 and 8b (7 and 8b again after an OOM fallback)
+        args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=dict(kwargs))  # 7
+        if not collators:
+            collators.append(hooks.nlptasks_data_collator(ctx=ctx))  # 8
+        trainer = hooks.nlptasks_trainer(  # 8b
+            ctx=ctx, model=model, args=args, data=data, data_collator=collators[0], compute_metrics=compute_metrics
+        )
+        use_readable_logs(trainer, ctx, progress)
+        guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
+        order_evaluation(trainer, ctx)  # length-sorted evaluation batches, results in data order
+        name_splits(trainer, ctx, data)  # ctx.evaluating names the split around evaluate/predict
+        return trainer
+
+    metrics, trainer = train_with_oom_fallback(  # 9
+        ctx, build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data), kwargs, world_size()
+    )
+    for split, figures in ctx.recorded.items():  # what the task measured outside evaluation
+        if split == "train" or split in metrics:
+            metrics.setdefault(split, {}).update(figures)
+    return metrics, trainer, data
+
+
+def save_run(
+    ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe,
+    hooks: Any = None, data: Any = None,
+) -> dict[str, Any]:
+    """Write the run's files, then ``COMPLETE`` last: a folder without it is never served.
+    Returns the manifest.
+
+    With ``hooks`` (and the tokenized ``data``) the report is written too (:func:`write_report`).
+    Intermediate checkpoints are removed only after ``COMPLETE`` exists, so an interrupted save
+    can always be resumed (``nlptasks run --resume``).  In a distributed run every rank takes part
+    in saving the model; rank 0 writes the rest.
+    """
+    from nlptasks.engine.distributed import barrier, is_main
+
+    out = ctx.output_dir
+    trainer.save_model(str(out))  # model (safetensors) and, through processing_class, the tokenizer
+    manifest = manifest_for(ctx, host, loaded)
+    if not is_main():  # every rank takes part in saving the model (FSDP, DeepSpeed); rank 0 writes the rest
+        barrier()
+        return manifest
+    if ctx.tokenizer is not None:
+        ctx.tokenizer.save_pretrained(str(out))
+    if ctx.labels is not None:
+        write_json(out / "labels.json", ctx.labels)
+    from nlptasks.engine.report import LOG_HISTORY, peak_memory
+
+    full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1), "resources": peak_memory()}
+    write_json(out / "metrics.json", full_metrics)
+    write_json(out / LOG_HISTORY, list(getattr(getattr(trainer, "state", None), "log_history", None) or []))
+    write_json(out / MANIFEST, manifest)
+    if hooks is not None:
+        write_report(ctx, hooks, trainer, data, loaded)
+    mark_complete(out)
+    if not loaded.recipe.output.keep_checkpoints and ctx.checkpoints_dir.exists():
+        shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)
+    barrier()
+    return manifest
+
+
+def write_report(ctx: RunContext, hooks: Any, trainer: Any, data: Any, loaded: LoadedRecipe) -> None:
+    """The model card ``README.md`` and ``training_curves.png``, with the task's own sections from
+    the ``nlptasks_report`` hook and its :class:`~nlptasks.types.Usage` (see
+    :mod:`nlptasks.engine.report`)."""
+    from nlptasks.engine import report
+    from nlptasks.engine.distributed import world_size
+
+    out = ctx.output_dir
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    history = json.loads((out / report.LOG_HISTORY).read_text(encoding="utf-8"))
+    curves = report.write_curves(history, out / report.CURVES, ctx.task.best_metric_for(ctx.options))
+    sections = []
+    if world_size() == 1:  # a hook may call trainer.predict, a collective step that rank 0 cannot take alone
+        sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data, metrics=metrics)
+                    for s in (result or [])]
+    else:
+        ctx.log.info("distributed run: the model card leaves out the task's own sections (nlptasks_report)")
+    card = report.model_card(out, manifest, metrics, (out / "recipe.toml").read_text(encoding="utf-8"),
+                             loaded.recipe.description, sections, curves, ctx.task.usage_for(manifest))
+    write_text_atomic(out / report.CARD, card)
+
+
+def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str, Any]:
+    """The run's ``nlptasks.json``: the engine's entries, then the task's (``ctx.manifest``)."""
+    import importlib.metadata as md
+
+    def version(dist: str) -> str | None:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            return None
+
+    plugins = []
+    for info in host.infos():
+        if info.tasks and ctx.task.name not in info.tasks:
+            continue  # other task plugins took no part
+        plugins.append({"name": info.name, "dist": info.dist, "version": info.version})
+    from nlptasks.engine.report import tokenizer_settings
+
+    return {
+        "task": ctx.task.name,
+        "plugin": ctx.task.plugin,
+        "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "recipe_sha256": loaded.sha256(),
+        "labels": ctx.labels,
+        "max_length": ctx.recipe.model.max_length,
+        "tokenizer": tokenizer_settings(ctx.tokenizer),
+        "base_model": ctx.recipe.model.name_or_path or f"scratch:{ctx.recipe.model.scratch.architecture}",  # type: ignore[union-attr]
+        "options": loaded.options.model_dump(mode="json"),
+        "plugins": plugins,
+        "versions": {
+            "python": platform.python_version(),
+            **{name: version(name) for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy", "peft")},
+        },
+        **ctx.manifest,
+    }

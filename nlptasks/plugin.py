@@ -1,0 +1,109 @@
+"""The public API for plugin authors: everything a task plugin needs, in one module.
+
+::
+
+    from nlptasks.plugin import TaskSpec, RunContext, hookimpl, get_tokenizer, load_model, ...
+
+Our own plugins (``cls``, ``ner``, ``pair``, ``sft``) and the tutorial plugins import only this
+module and ``nlptasks``, so a third-party plugin can do everything they do.  The hooks themselves
+(the ten-step contract) are :mod:`nlptasks.hookspecs`; the signatures and docstrings of the names
+below are their reference (docs/plugin-api.md is generated from them).  Everything else in the
+package is private and may change.
+
+Importing this module is cheap: torch, transformers and datasets load inside the helpers, when
+called.
+"""
+
+from __future__ import annotations
+
+from nlptasks.context import RunContext
+from nlptasks.engine.data import ROW_COLUMN, load_file, numbered_jsonl
+from nlptasks.engine.doctor import balance, blank_texts, duplicates, is_blank, label_sets, split_overlap, truncation
+from nlptasks.engine.inference import predict_logits, predict_per_token, sigmoid, softmax
+from nlptasks.engine.inputs import input_fields, input_texts
+from nlptasks.engine.modeling import label_config, load_model
+from nlptasks.engine.report import classification_sections, per_class_table, write_confusion_matrix
+from nlptasks.engine.rows import filter_rows, require_columns, row_numbers, with_row_numbers
+from nlptasks.engine.tokenization import get_tokenizer
+from nlptasks.engine.trained import load_run, load_trained_model
+from nlptasks.engine.training import build_trainer, make_training_arguments, train_and_evaluate
+from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
+from nlptasks.hookspecs import hookimpl
+from nlptasks.labels import label_text, sort_labels
+from nlptasks.metrics import classification_report, correlations
+from nlptasks.types import LABEL_KINDS, Evaluation, Finding, NoOptions, Predictor, TaskSpec, Usage
+
+API_GROUPS: dict[str, list[str]] = {
+    "Declaring a task": ["hookimpl", "TaskSpec", "NoOptions", "Usage", "LABEL_KINDS"],
+    "The run": ["RunContext", "Evaluation"],
+    "Errors": ["NlptasksError", "DataError", "RecipeError", "PluginError", "Problem"],
+    "Step 2 and 4: rows and columns": [
+        "ROW_COLUMN", "row_numbers", "with_row_numbers", "require_columns", "filter_rows", "load_file",
+        "numbered_jsonl", "label_text", "sort_labels",
+    ],
+    "Steps 4 and 5: tokenizer and model": ["get_tokenizer", "load_model", "label_config"],
+    "Step 6: metrics": ["classification_report", "correlations"],
+    "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate"],
+    "Step 10: predictors": [
+        "Predictor", "load_run", "load_trained_model", "input_fields", "input_texts", "predict_logits",
+        "predict_per_token", "softmax", "sigmoid",
+    ],
+    "The data doctor (nlptasks check)": [
+        "Finding", "blank_texts", "duplicates", "split_overlap", "label_sets", "balance", "truncation", "is_blank",
+    ],
+    "The run report (model card)": ["classification_sections", "per_class_table", "write_confusion_matrix"],
+}
+"""The names of this module by what they are for (the order of docs/plugin-api.md)."""
+
+__all__ = [
+    "API_GROUPS",
+    "LABEL_KINDS",
+    "ROW_COLUMN",
+    "DataError",
+    "Evaluation",
+    "Finding",
+    "NlptasksError",
+    "NoOptions",
+    "PluginError",
+    "Predictor",
+    "Problem",
+    "RecipeError",
+    "RunContext",
+    "TaskSpec",
+    "Usage",
+    "balance",
+    "blank_texts",
+    "build_trainer",
+    "classification_report",
+    "classification_sections",
+    "correlations",
+    "duplicates",
+    "filter_rows",
+    "get_tokenizer",
+    "hookimpl",
+    "input_fields",
+    "input_texts",
+    "is_blank",
+    "label_config",
+    "label_sets",
+    "label_text",
+    "load_file",
+    "load_model",
+    "load_run",
+    "load_trained_model",
+    "make_training_arguments",
+    "numbered_jsonl",
+    "per_class_table",
+    "predict_logits",
+    "predict_per_token",
+    "require_columns",
+    "row_numbers",
+    "sigmoid",
+    "softmax",
+    "sort_labels",
+    "split_overlap",
+    "train_and_evaluate",
+    "truncation",
+    "with_row_numbers",
+    "write_confusion_matrix",
+]

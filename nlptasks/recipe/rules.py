@@ -1,0 +1,170 @@
+"""Recipe rules that one field's type cannot express: keys that belong to another PEFT method,
+what the task supports (its PEFT methods, its metric names), freezing with ``[peft]``, settings
+that cannot go together.  Each rule returns :class:`~nlptasks.errors.Problem` s with key paths, so
+that :func:`nlptasks.recipe.load_recipe` reports every problem at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from nlptasks.errors import Problem
+from nlptasks.peft_support import METHODS
+from nlptasks.recipe.schema import PEFT_METHOD_KEYS, PeftConfig, Recipe
+from nlptasks.types import TaskSpec
+
+__all__ = [
+    "FREEZE_KEYS",
+    "QUANT_4BIT_KEYS",
+    "combination_problems",
+    "metric_problems",
+    "nulls_in_lists",
+    "optimize_problems",
+    "peft_problems",
+    "switch_peft_method",
+]
+
+QUANT_4BIT_KEYS = ("quant_type", "double_quant", "compute_dtype")
+FREEZE_KEYS = ("freeze_embeddings", "freeze_layers", "freeze")
+
+
+def switch_peft_method(raw: dict[str, Any], file_peft: dict[str, Any] | None, overridden: set[str]) -> list[str]:
+    """``--set peft.method=X`` on a recipe whose ``[peft]`` uses another method: drop the file's
+    keys that belong only to the old method (``r`` when switching lora → prefix) and say so.
+
+    Keys given with ``--set`` are never dropped: a mismatch there is the user's and stays an error.
+    """
+    section = raw.get("peft")
+    if file_peft is None or not isinstance(section, dict) or "peft.method" not in overridden:
+        return []
+    old, new = file_peft.get("method"), section.get("method")
+    if old == new or new == "none":
+        return []
+    dropped = [
+        key
+        for key in file_peft
+        if key in PEFT_METHOD_KEYS and new not in PEFT_METHOD_KEYS[key] and f"peft.{key}" not in overridden
+    ]
+    for key in dropped:
+        del section[key]
+    if not dropped:
+        return []
+    return [
+        f"peft.method: {old!r} → {new!r} (from --set); the recipe's {old} keys "
+        f"{', '.join(dropped)} do not apply to {new!r} and were left out"
+    ]
+
+
+def peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseModel | None) -> list[Problem]:
+    """``[peft]`` checks pydantic cannot make alone: keys of another method, 4-bit keys without
+    4-bit, and whether the task (and this method) can be adapted at all: the task type's limits
+    (:mod:`nlptasks.peft_support`) and the task's own (``TaskSpec.peft_unsupported``)."""
+    section = raw.get("peft")
+    if not isinstance(section, dict):
+        return []
+    method = section.get("method")
+    if method not in METHODS:
+        return []  # pydantic reports a missing or unknown method
+    problems = []
+    for key in section:
+        owners = PEFT_METHOD_KEYS.get(key)
+        if owners is not None and method not in owners:
+            own = [k for k, m in PEFT_METHOD_KEYS.items() if method in m]
+            problems.append(
+                Problem(
+                    f"peft.{key}",
+                    f"is an option of {' and '.join(repr(m) for m in owners)}, not of method {method!r} "
+                    f"(the {method} options: {', '.join(own) or 'none'}; common to every method: "
+                    f"{', '.join(k for k in PeftConfig.model_fields if k not in PEFT_METHOD_KEYS and k != 'method')})",
+                )
+            )
+        if key in QUANT_4BIT_KEYS and section.get("quantization") != "4bit":
+            problems.append(Problem(f"peft.{key}", "applies only with peft.quantization = \"4bit\""))
+    if spec is None or options is None:
+        return problems
+    task_type = spec.peft_task_type_for(options)
+    if task_type is None:
+        problems.append(
+            Problem(
+                "peft",
+                f"task {spec.name!r} does not support PEFT: its plugin ({spec.plugin}) declares no "
+                "peft_task_type; remove the [peft] table to train the whole model",
+            )
+        )
+        return problems
+    reason = spec.peft_reason(options, method)
+    if reason is not None:
+        support = spec.peft_support_for(options)
+        working = [m for m, why in support.items() if why is None]
+        problems.append(
+            Problem(
+                "peft.method",
+                f"{method!r} does not work for task {spec.name!r} ({task_type}): {reason}; "
+                + (f"use one of: {', '.join(working)}" if working else "no PEFT method does: remove [peft]"),
+            )
+        )
+    return problems
+
+
+def metric_problems(recipe: Recipe, spec: TaskSpec, options: BaseModel) -> list[Problem]:
+    """``train.best_metric`` must be a metric the task computes (when the task declares its
+    metric names, see ``TaskSpec.metrics``)."""
+    best = recipe.train.best_metric
+    declared = spec.metrics(options) if callable(spec.metrics) else spec.metrics
+    if best is None or not declared or spec.knows_metric(best, options):
+        return []
+    return [
+        Problem(
+            "train.best_metric",
+            f"{best!r} is not a metric of task {spec.name!r}; its metrics: {', '.join(spec.metrics_for(options))}",
+        )
+    ]
+
+
+def optimize_problems(raw: dict[str, Any]) -> list[Problem]:
+    """``[optimize]`` checks across tables: freezing and ``[peft]`` do not mix (PEFT freezes the
+    whole base already; which weights an adapter touches is ``peft.target_modules``)."""
+    section = raw.get("optimize")
+    if not isinstance(section, dict) or not isinstance(raw.get("peft"), dict):
+        return []
+    return [
+        Problem(
+            f"optimize.{key}",
+            "freezing does not combine with [peft]: PEFT already freezes the whole base and trains only the "
+            "adapter (choose the adapted modules with peft.target_modules); remove this key, or train the whole model "
+            "with --set peft.method=none",
+        )
+        for key in FREEZE_KEYS
+        if section.get(key) not in (None, False, 0, [])
+    ]
+
+
+def nulls_in_lists(node: Any, path: str = "") -> list[Problem]:
+    """``None`` inside a list (possible from Python, not from TOML): a run could not save the recipe."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in nulls_in_lists(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(node, list):
+        if any(v is None for v in node):
+            return [Problem(path, "a list cannot hold null (None) values: TOML has no null")]
+        return [p for v in node for p in nulls_in_lists(v, path)]
+    return []
+
+
+def combination_problems(recipe: Recipe) -> list[Problem]:
+    """Settings that are each valid but cannot go together."""
+    problems = []
+    dtype, precision = recipe.model.dtype, recipe.train.precision
+    if {dtype, precision} == {"bf16", "fp16"}:
+        problems.append(
+            Problem(
+                "train.precision",
+                f"{precision!r} cannot train weights loaded as model.dtype = {dtype!r} (the other half precision); "
+                f"set train.precision = {dtype!r} or 'auto'",
+            )
+        )
+    extra = recipe.train.extra
+    if extra.get("fp16") is True and extra.get("bf16") is True:
+        problems.append(Problem("train.extra", "sets both fp16 and bf16; choose one with train.precision instead"))
+    return problems

@@ -1,0 +1,3 @@
+"""The version of nlptasks: one place, read by the package, the plugin host and ``pyproject.toml``."""
+
+__version__ = "0.1.0"
