@@ -39,16 +39,27 @@ plugins left out, so a task plugin only ever sees runs of its own tasks (a plugi
 several tasks reads ``ctx.task.name``).  Plugins that register no task (cross-cutting plugins) take
 part in every run.
 
+What a task declares
+--------------------
+Beyond its hooks, a task says in its :class:`nlptasks.TaskSpec` what the engine and the commands
+cannot know: its metric names (``train.best_metric`` is checked against them by ``nlptasks
+validate``), the columns that carry its labels and how to read them (``nlptasks inspect-batch``
+shows the loss positions from them), its peft task type and the PEFT methods it refuses with the
+reason (refused by ``validate``), and its :class:`nlptasks.Usage` (the command a run prints to
+try it, the model card's usage example and labels row).
+
 PEFT
 ----
 With a ``[peft]`` table in the recipe, the engine wraps the model that step 5 returns in a peft
-adapter right after step 5 (``nlptasks.engine.adapters.apply_peft``) and logs the trainable and
+adapter right after step 5 (``nlptasks.engine.peft.apply_peft``) and logs the trainable and
 total parameter counts; steps 6 to 9 get the ``PeftModel``, and the run saves only the adapter
 (plus, for a model built from scratch, the frozen base under ``base/``).  A task plugin takes part
-by declaring ``TaskSpec.peft_task_type``; in step 10 it loads the run's model with
-``nlptasks.engine.load_trained_model(run_dir, manifest, auto_class)``, which gives the plain
-model or the base with the chosen adapter (``nlptasks infer --adapter NAME`` / ``--base-only``).
+by declaring ``TaskSpec.peft_task_type``; in step 10 it loads the run with
+``nlptasks.plugin.load_run(run_dir, manifest, auto_class)``, which gives the tokenizer and the
+plain model or the base with the chosen adapter (``nlptasks infer --adapter NAME`` /
+``--base-only``).
 
+Plugins import what they need from :mod:`nlptasks.plugin` (the public API; docs/plugin-api.md).
 Heavy libraries (torch, transformers, datasets) are imported inside hook bodies, never at module
 level, so that ``nlptasks --help`` stays instant.
 """
@@ -68,10 +79,33 @@ if TYPE_CHECKING:
     from nlptasks.context import RunContext
     from nlptasks.types import Finding, Predictor, TaskSpec
 
+__all__ = [
+    "PROJECT",
+    "hookimpl",
+    "hookspec",
+    "nlptasks_build_model",
+    "nlptasks_check",
+    "nlptasks_data_collator",
+    "nlptasks_load_data",
+    "nlptasks_load_predictor",
+    "nlptasks_metrics",
+    "nlptasks_preprocess",
+    "nlptasks_report",
+    "nlptasks_setup",
+    "nlptasks_split",
+    "nlptasks_train",
+    "nlptasks_trainer",
+    "nlptasks_training_arguments",
+    "register_tasks",
+]
+
 PROJECT = "nlptasks"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+"""The marker of a hook implementation: ``@hookimpl`` on a function named after a hook below
+(``@hookimpl(tryfirst=True)``, ``trylast=True``, or ``wrapper=True`` for a generator that runs
+around the step).  A misspelt hook name is an error naming the plugin when it loads."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,16 +122,22 @@ def register_tasks(register: Callable[[TaskSpec], None]) -> None:
     :param register: call it once per task with a :class:`nlptasks.TaskSpec`: the task's name
         (what a recipe writes as ``task = "..."``), a one-line description, the pydantic model
         that validates the recipe's ``[options]`` table, the metric that picks the best
-        checkpoint, and (for PEFT) the peft task type of its model.  The host records which plugin registered which task; registering a name that
-        another plugin already registered is an error that names both plugins.
+        checkpoint and its other metric names, the columns that carry its labels, its peft task
+        type and refused PEFT methods, and its :class:`nlptasks.Usage`.  The host records which
+        plugin registered which task; registering a name that another plugin already registered is
+        an error that names both plugins, and a ``TaskSpec`` that does not validate (an unknown
+        peft task type, a label kind, a ``best_metric`` outside ``metrics``) makes the plugin fail
+        to load, listed by ``nlptasks plugins``.
     :returns: nothing (*all run*).
 
     Example::
 
         @hookimpl
         def register_tasks(register):
-            register(TaskSpec(name="cls", description="Text classification",
-                              options=ClsOptions, best_metric="accuracy"))
+            register(TaskSpec(name="cls", description="Text classification", options=ClsOptions,
+                              best_metric="accuracy", greater_is_better=True,
+                              metrics=("accuracy", "f1_macro", "f1/<class>"),
+                              label_fields={"labels": "example"}, peft_task_type="SEQ_CLS"))
     """
 
 
@@ -174,7 +214,7 @@ def nlptasks_check(ctx: RunContext, data: DatasetDict) -> list[Finding] | None:
 
     **When:** by ``nlptasks check RECIPE``, after steps 1 to 3 (setup, load, split); never during
     ``nlptasks run``.  No model weights are loaded; a plugin may build or load the tokenizer
-    (``nlptasks.engine.get_tokenizer``) to measure what ``model.max_length`` would cut.
+    (``nlptasks.plugin.get_tokenizer``) to measure what ``model.max_length`` would cut.
 
     :param ctx: the run context, as steps 1 to 3 left it (``ctx.sources`` names each split's
         file; the output folder is a throw-away one).
@@ -184,8 +224,9 @@ def nlptasks_check(ctx: RunContext, data: DatasetDict) -> list[Finding] | None:
         collected).  A task plugin checks what it knows about its columns: label sets that
         differ between splits, class balance, empty and duplicate rows, train↔validation/test
         overlap, the share of examples and gold labels beyond ``model.max_length``, and its own
-        defects (e.g. tag transitions, responses cut away).  :mod:`nlptasks.engine.doctor` has
-        helpers for the task-independent part of each check.  An ``error`` finding makes
+        defects (e.g. tag transitions, responses cut away).  :mod:`nlptasks.plugin` has helpers
+        for the task-independent part of each check (``blank_texts``, ``duplicates``,
+        ``split_overlap``, ``label_sets``, ``balance``, ``truncation``).  An ``error`` finding makes
         ``nlptasks check`` exit non-zero: use it for what would stop the run or void its scores.
     """
 
@@ -202,14 +243,20 @@ def nlptasks_preprocess(ctx: RunContext, data: DatasetDict) -> DatasetDict | Non
     **When:** after splitting.  This is the heart of a task plugin.
 
     :param ctx: the run context.  Get the tokenizer with
-        ``nlptasks.engine.get_tokenizer(ctx, corpus)`` (a pretrained one, or a vocabulary built
+        ``nlptasks.plugin.get_tokenizer(ctx, corpus)`` (a pretrained one, or a vocabulary built
         from ``corpus`` for from-scratch models); it is stored in ``ctx.tokenizer`` and saved
-        with the model.  Count rows you drop with ``ctx.drop(split, reason, n)`` (they are
-        logged and written to ``metrics.json``); set ``ctx.labels`` when the task has classes.
+        with the model.  Check columns with ``require_columns`` and drop rows with
+        ``filter_rows`` (counted with ``ctx.drop(split, reason, n)``: logged and written to
+        ``metrics.json``); set ``ctx.labels`` when the task has classes.  Keep what scoring a
+        split per original example needs (window → example maps, offsets, raw rows) in
+        ``ctx.side[split]``: step 6 receives it.  Figures measured here (rows repaired) go in with
+        ``ctx.record(split, name, value)``; an example input for the run's messages and card in
+        ``ctx.manifest["example"]``.
     :param data: the split ``DatasetDict`` from step 3.
-    :returns: the tokenized ``DatasetDict`` (*first result wins*).  Raise
-        :class:`nlptasks.DataError` naming the file and row for bad data.  There is no generic
-        default: the engine's fallback raises an error saying no plugin preprocesses this task.
+    :returns: the tokenized ``DatasetDict`` (*first result wins*), with the label columns the
+        task declares in ``TaskSpec.label_fields``.  Raise :class:`nlptasks.DataError` naming the
+        file and row for bad data.  There is no generic default: the engine's fallback raises an
+        error saying no plugin preprocesses this task.
     """
 
 
@@ -224,7 +271,7 @@ def nlptasks_build_model(ctx: RunContext) -> PreTrainedModel | None:
 
     **When:** after preprocessing (so the tokenizer and labels are known).
 
-    :param ctx: the run context.  ``nlptasks.engine.load_model(ctx, "AutoModelFor...", **cfg)``
+    :param ctx: the run context.  ``nlptasks.plugin.load_model(ctx, "AutoModelFor...", **cfg)``
         loads ``model.name_or_path`` (hub id or local folder) or builds the architecture in
         ``model.scratch`` from a config sized to ``ctx.tokenizer``.
     :returns: a ``transformers.PreTrainedModel`` (*first result wins*).  There is no generic
@@ -248,11 +295,16 @@ def nlptasks_metrics(ctx: RunContext) -> Callable[[Any], dict[str, float]] | Non
     **When:** after the model is built.
 
     :param ctx: the run context.
-    :returns: a function taking a ``transformers.EvalPrediction`` and returning a flat dict of
-        floats (*first result wins*).  Keys with a ``/`` (``f1/positive``) are per-class values
-        and are shown as a table.  The task's ``best_metric`` must be among the keys.  The
-        engine's default returns ``None``: only the loss is reported.  Metrics must compute
-        offline (no ``evaluate.load`` of hub metrics).
+    :returns: a function ``compute_metrics(evaluation)`` returning a flat dict of floats (*first
+        result wins*).  It receives a :class:`nlptasks.Evaluation`: the predictions and label ids
+        of one split in the split's order (it reads like ``transformers.EvalPrediction``), the
+        split's name (``evaluation.split``: ``validation`` or ``test``, whoever asked for the
+        evaluation) and ``evaluation.side``, what step 4 kept in ``ctx.side`` for that split, so
+        a task that cut examples into windows scores per original example here, without its own
+        step 9.  Keys with a ``/`` (``f1/positive``) are per-class values and are shown as a
+        table.  The task's ``best_metric`` must be among the keys (the engine checks every
+        evaluation).  The engine's default returns ``None``: only the loss is reported.  Metrics
+        must compute offline (no ``evaluate.load`` of hub metrics).
     """
 
 
@@ -316,7 +368,9 @@ def nlptasks_trainer(
     :param compute_metrics: from step 6 (may be ``None``).
     :returns: a ``Trainer`` (*first result wins*).  The engine's default builds
         ``Trainer(model, args, train_dataset, eval_dataset, processing_class=ctx.tokenizer,
-        data_collator, compute_metrics)``.  Override it to use a Trainer subclass (a custom loss).
+        data_collator, compute_metrics)``; ``nlptasks.plugin.build_trainer(trainer_class, ctx, ...,
+        **kwargs)`` does the same with a Trainer subclass (a custom loss) or further arguments
+        (``preprocess_logits_for_metrics``).
     """
 
 
@@ -342,7 +396,9 @@ def nlptasks_train(ctx: RunContext, trainer: Trainer, data: DatasetDict) -> dict
     Call ``trainer.train()`` without arguments: the engine has wrapped it so that it resumes from
     ``ctx.resume_from`` (``nlptasks run --resume``), saves a checkpoint every
     ``output.checkpoint_steps`` and raises a one-line error at the first NaN or infinite training
-    loss (docs/reliability.md).
+    loss (docs/reliability.md).  ``trainer.evaluate(eval_dataset=data[split])`` and
+    ``trainer.predict(data[split])`` set ``ctx.evaluating`` to the split's name, so step 6 knows
+    what it scores.  Figures from ``ctx.record`` are merged into the returned metrics.
     """
 
 
@@ -368,10 +424,11 @@ def nlptasks_report(ctx: RunContext, trainer: Trainer, data: DatasetDict, metric
     :param data: the tokenized splits of step 4.
     :param metrics: the metrics of step 9 by split (what ``metrics.json`` holds).
     :returns: a list of Markdown sections, each starting with a ``## `` heading (*all run*: every
-        plugin's sections are collected, in plugin order).  Helpers in
-        :mod:`nlptasks.engine.report`: ``write_confusion_matrix`` (a classification task's
-        confusion-matrix PNG) and ``per_class_table`` (per-class or per-entity-type figures from the
-        ``name/class`` metric keys).  Return ``None`` (or nothing) to add nothing.
+        plugin's sections are collected, in plugin order).  Helpers in :mod:`nlptasks.plugin`:
+        ``write_confusion_matrix`` (a classification task's confusion-matrix PNG),
+        ``per_class_table`` (per-class or per-entity-type figures from the ``name/class`` metric
+        keys), and ``classification_sections`` (both, from ``trainer.predict``).  Return ``None``
+        (or nothing) to add nothing.
     """
 
 
@@ -390,9 +447,12 @@ def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Predicto
     :param manifest: the parsed ``nlptasks.json``: ``task``, ``labels``, ``max_length`` and the
         task's own entries.
     :returns: a :class:`nlptasks.Predictor`: a callable that takes a list of inputs (strings, or
-        dicts read from a csv/jsonl file) and returns one JSON-serialisable dict per input, in
-        order (*first result wins*).  The engine's fallback raises an error saying no plugin can
-        serve this task.  A predictor may also offer file formats of its own for
-        ``nlptasks infer --format NAME`` (``formats``, ``read_inputs``, ``write_outputs``: see
-        :class:`nlptasks.Predictor`), e.g. CoNLL in and out for a tagging task.
+        dicts read from a csv/jsonl file or JSON lines on stdin) and returns one JSON-serialisable
+        dict per input, in order (*first result wins*).  Read the inputs with
+        ``nlptasks.plugin.input_texts`` / ``input_fields`` (the one rule every task follows,
+        several fields included) and load the run with ``nlptasks.plugin.load_run`` (adapter runs
+        included).  The engine's fallback raises an error saying no plugin can serve this task.
+        A predictor may also offer file formats of its own for ``nlptasks infer --format NAME``
+        (``formats``, ``read_inputs``, ``write_outputs``: see :class:`nlptasks.Predictor`), e.g.
+        CoNLL in and out for a tagging task.
     """

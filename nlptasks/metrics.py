@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+__all__ = ["classification_report", "correlations"]
+
 
 def classification_report(predictions: Any, references: Any, labels: Sequence[str]) -> dict[str, float]:
+    """Accuracy, macro precision/recall/F1 and per-class figures of predicted class ids against
+    reference class ids (``labels[i]`` names class ``i``): the keys of the module docstring."""
     import numpy as np
 
     pred = np.asarray(predictions).reshape(-1)

@@ -15,6 +15,16 @@ from __future__ import annotations
 
 import functools
 
+__all__ = [
+    "ENCODER_HEADS",
+    "MERGEABLE",
+    "METHODS",
+    "TASK_TYPES",
+    "UNSUPPORTED",
+    "encoder_prefix_problem",
+    "unsupported_reason",
+]
+
 METHODS = ("lora", "prefix", "p_tuning", "prompt", "ia3")
 """The values of ``peft.method``."""
 

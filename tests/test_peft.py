@@ -124,16 +124,15 @@ def test_the_plugins_declare_the_task_types_of_the_matrix():
 def test_matrix(task, method, train, cli, tmp_path):
     """Works where the support table says so (train, save, move, infer), else a recipe error."""
     code, err, run_dir = train(task.id, method)
-    reason = unsupported_reason(task.task_type, method)
+    from nlptasks.pipeline import load_recipe
+
+    loaded = load_recipe(task.recipe, list(task.sets))  # the task and its options: the task's own word
+    reason = loaded.task.peft_reason(loaded.options, method)
+    assert reason == unsupported_reason(task.task_type, method)  # the built-ins refuse nothing of their own
     if reason is not None:
         assert code == 2
         assert f"peft.method: '{method}' does not work for task" in err and task.task_type in err
-        assert not run_dir.exists()  # refused at validation, before anything ran
-        return
-    refused = prefix_refused(task) if method == "prefix" else None
-    if refused is not None:  # the transformers installed here has no past_key_values for this head
-        assert code == 2 and "peft.method: 'prefix' cannot train" in err and refused in err
-        assert not (run_dir / "COMPLETE").exists() and not (run_dir / "base").exists()
+        assert not run_dir.exists()  # refused by validation, before anything ran
         return
     assert code == 0, err
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
@@ -147,20 +146,21 @@ def test_matrix(task, method, train, cli, tmp_path):
     assert results and all(task.result_key in r for r in results)
 
 
-def prefix_refused(task: Task) -> str | None:
-    """The class name in the engine's refusal when prefix tuning cannot run on the task's tiny model
-    with the installed transformers (see adapters.prefix_problem), else ``None``."""
-    from nlptasks.engine.peft import prefix_problem
+def test_prefix_is_refused_by_validate_exactly_when_the_encoders_drop_it(cli):
+    """The refusal of prefix tuning for encoder heads follows the transformers installed: it is made
+    by `validate` (no model built) when BERT's forward has no past_key_values, with the reason."""
+    import inspect
 
-    heads = {"SEQ_CLS": "BertForSequenceClassification", "TOKEN_CLS": "BertForTokenClassification"}
-    if task.task_type not in heads:
-        return None
     import transformers
-    from transformers import BertConfig
 
-    model = getattr(transformers, heads[task.task_type])(BertConfig(hidden_size=8, num_hidden_layers=1,
-                                                                    num_attention_heads=2, intermediate_size=8))
-    return heads[task.task_type] if prefix_problem(model, task.task_type) else None
+    takes = "past_key_values" in inspect.signature(transformers.BertModel.forward).parameters
+    code, err = validate(cli, "peft.method=prefix", "peft.num_virtual_tokens=4")
+    if takes:
+        assert code == 0, err
+    else:
+        assert code == 2
+        assert "peft.method: 'prefix' does not work for task 'cls' (SEQ_CLS): peft passes the prefix as " \
+               "past_key_values" in err and "use one of: lora, p_tuning, prompt, ia3" in err
 
 
 def test_prefix_problem_follows_the_forward_signature():
@@ -360,11 +360,9 @@ def test_compare_outputs_reports_a_mismatch():
     assert compare_outputs([{"tokens": [5, 6]}], [{"tokens": [5, 7]}])[0] == ["input 1: greedy tokens [5, 6] → [5, 7]"]
 
 
-@pytest.mark.parametrize("method", ["prefix", "p_tuning", "prompt"])
-def test_export_refuses_methods_that_cannot_merge(method, train, cli, tmp_path):
-    if method == "prefix" and prefix_refused(BY_ID["cls"]):
-        pytest.skip("prefix tuning cannot train a BERT classifier with the installed transformers (test_matrix checks the refusal)")
-    code, err, run_dir = train("cls", method)
+@pytest.mark.parametrize("task_id,method", [("sft", "prefix"), ("cls", "p_tuning"), ("cls", "prompt")])
+def test_export_refuses_methods_that_cannot_merge(task_id, method, train, cli, tmp_path):
+    code, err, run_dir = train(task_id, method)
     assert code == 0, err
     code, _, err = cli("export", run_dir, "--merge", tmp_path / "m")
     assert code == 2

@@ -1,17 +1,19 @@
 """Generate the reference docs from the code, so they cannot drift from it.
 
-Writes three files under ``docs/``:
+Writes four files under ``docs/``:
 
 ``hooks.md``
     the hook reference: the module docstring of ``nlptasks/hookspecs.py``, then every hook in
     pipeline order with its signature, calling convention and docstring.
 ``recipes.md``
     the recipe reference: one table per recipe table (key, type, default, allowed values,
-    description) from the pydantic models in ``nlptasks/recipe.py``, the ``[options]`` of every
+    description) from the pydantic models in ``nlptasks/recipe/schema.py``, the ``[options]`` of every
     built-in task, a worked example and the ``--set`` override syntax.
 ``cli.md``
     the CLI reference: ``--help`` of ``nlptasks`` and of every subcommand, exit codes and
     environment variables.
+``plugin-api.md``
+    the reference of ``nlptasks.plugin``, the public API for plugin authors (tools/gen_api_docs.py).
 
 and, in the hand-written ``docs/peft.md``, the block between ``<!-- peft-support:begin -->`` and
 ``<!-- peft-support:end -->``: the PEFT support table from ``nlptasks/peft_support.py`` and the
@@ -55,6 +57,8 @@ for _var in ("NLPTASKS_PLUGINS", "NLPTASKS_BLOCK_PLUGINS", "NLPTASKS_TRACE"):
 
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
+if str(ROOT / "tools") not in sys.path:  # gen_api_docs, beside this file
+    sys.path.insert(0, str(ROOT / "tools"))
 
 
 def header(sources: str) -> str:
@@ -695,6 +699,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "recipes.md": gen_recipes,
     "cli.md": gen_cli,
     "peft.md": gen_peft,
+    "plugin-api.md": lambda: __import__("gen_api_docs").generate(),
 }
 
 

@@ -22,6 +22,21 @@ if TYPE_CHECKING:
 
     from nlptasks.context import RunContext
 
+__all__ = [
+    "ROW_COLUMN",
+    "SPLITS",
+    "detect_format",
+    "iter_jsonl",
+    "load_data",
+    "load_file",
+    "load_hub",
+    "numbered_jsonl",
+    "read_rows",
+    "rows_to_dataset",
+    "split_data",
+    "stratified_indices",
+]
+
 SPLITS = ("train", "validation", "test")
 ROW_COLUMN = "__row__"
 """Column that default step 2 adds: each row's number in its file (1-based, header excluded), kept
@@ -175,6 +190,9 @@ def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
 
 
 def load_file(path: str, declared_format: str = "auto") -> Dataset:
+    """One split from a csv/tsv, json, jsonl file or a ``save_to_disk`` folder (``declared_format``:
+    ``data.format``, ``auto`` by the extension), values as the file spells them; errors name the
+    file and row.  What default step 2 reads each split with, for a plugin's own step 2."""
     p = Path(path)
     fmt = detect_format(p, declared_format)
     if fmt == "disk":

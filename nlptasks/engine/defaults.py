@@ -13,6 +13,20 @@ from typing import Any
 from nlptasks.errors import PluginError
 from nlptasks.hookspecs import hookimpl
 
+__all__ = [
+    "nlptasks_build_model",
+    "nlptasks_data_collator",
+    "nlptasks_load_data",
+    "nlptasks_load_predictor",
+    "nlptasks_metrics",
+    "nlptasks_preprocess",
+    "nlptasks_setup",
+    "nlptasks_split",
+    "nlptasks_train",
+    "nlptasks_trainer",
+    "nlptasks_training_arguments",
+]
+
 
 def _missing(step: str, task: str, plugin: str) -> PluginError:
     return PluginError(

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+__all__ = ["backend", "barrier", "is_main", "on_main", "rank", "torchrun_command", "world_size"]
+
 T = TypeVar("T")
 
 

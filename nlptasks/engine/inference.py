@@ -15,6 +15,21 @@ from typing import Any
 
 from nlptasks.errors import NlptasksError
 
+__all__ = [
+    "PRECISIONS",
+    "accepted_inputs",
+    "cpu_has_bf16",
+    "inference_precision",
+    "model_device",
+    "precision_for_loading",
+    "predict_logits",
+    "predict_per_token",
+    "prepare_for_inference",
+    "set_inference_precision",
+    "sigmoid",
+    "softmax",
+]
+
 PRECISIONS = ("auto", "fp32", "bf16")
 _precision = "auto"  # what `nlptasks infer --precision` / `nlptasks.load(precision=)` asked for
 

@@ -14,6 +14,16 @@ from nlptasks.errors import NlptasksError, Problem, RecipeError, first_line
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
 
+__all__ = [
+    "ON_META",
+    "PICKLE_SUFFIXES",
+    "build_from_scratch",
+    "check_weight_files",
+    "label_config",
+    "load_model",
+    "warn_remote_code",
+]
+
 ON_META = "nlptasks.build_on_meta"
 """``ctx.state`` key: when true, step 5 builds the model on the meta device (shapes, no weights)."""
 

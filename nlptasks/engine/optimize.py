@@ -25,6 +25,19 @@ if TYPE_CHECKING:
     from nlptasks.context import RunContext
     from nlptasks.recipe import OptimizeConfig
 
+__all__ = [
+    "ARGUMENT_KEYS",
+    "body_of",
+    "embedding_modules",
+    "freeze",
+    "is_oom",
+    "optimize_kwargs",
+    "prepare_model",
+    "set_attention",
+    "train_with_oom_fallback",
+    "transformer_layers",
+]
+
 # TrainingArguments keys that [optimize] sets; setting one in train.extra as well is ambiguous.
 ARGUMENT_KEYS = {
     "optimizer": ("optim",),

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
 
+__all__ = ["example_lengths", "longest_first", "order_evaluation", "restore"]
+
 
 def example_lengths(dataset: Any) -> Any:
     """Tokens per example (``input_ids`` and any ``*input_ids`` column summed), or ``None`` when

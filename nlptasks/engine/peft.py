@@ -42,6 +42,7 @@ __all__ = [
     "apply_peft",
     "file_sha256",
     "parameter_line",
+    "pass_every_input",
     "peft_config",
     "prefix_problem",
     "quiet_peft",
@@ -205,6 +206,10 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
             hint="List the model's module names with: python -c \"import transformers; "
             "print([n for n, _ in transformers.AutoModel.from_pretrained('MODEL').named_modules()])\"",
         ) from None
+    restored = pass_every_input(model)
+    if restored:
+        ctx.log.info("peft's %s drops the model's %s: every input goes to the adapted model instead",
+                     type(model).__name__, ", ".join(restored))
     trainable, total = model.get_nb_trainable_parameters()
     ctx.log.info("peft %s (%s): %s", cfg.method, task_type, parameter_line(trainable, total))
     if main:
@@ -228,6 +233,71 @@ def quiet_peft() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         yield
+
+
+def _probe_inputs(model: Any) -> dict[str, Any]:
+    """A two-segment input for every input the base model takes (ids, mask, segment ids)."""
+    import torch
+
+    from nlptasks.engine.inference import accepted_inputs
+
+    accepted = accepted_inputs(model)
+    ids = torch.tensor([[1, 2, 3, 4, 2, 3]], device=next(model.parameters()).device)
+    probe = {"input_ids": ids}
+    if "attention_mask" in accepted:
+        probe["attention_mask"] = torch.ones_like(ids)
+    if "token_type_ids" in accepted:
+        probe["token_type_ids"] = torch.tensor([[0, 0, 0, 1, 1, 1]], device=ids.device)
+    return probe
+
+
+def _same_outputs(a: Any, b: Any) -> bool:
+    import torch
+
+    def parts(out: Any) -> tuple[Any, ...]:
+        return out.to_tuple() if hasattr(out, "to_tuple") else tuple(out) if isinstance(out, tuple) else (out,)
+
+    tensors = [(x, y) for x, y in zip(parts(a), parts(b), strict=False) if isinstance(x, torch.Tensor)]
+    return bool(tensors) and all(x.shape == y.shape and torch.allclose(x, y, atol=1e-6) for x, y in tensors)
+
+
+def pass_every_input(model: Any) -> list[str]:
+    """Make a ``PeftModel`` of a weight-changing method (lora, ia3) hand every input to the adapted
+    model; returns the inputs its own forward dropped (``[]``: nothing to do).
+
+    peft's task wrappers call the model with the inputs they name, and some name fewer than the
+    model takes: peft 0.21's question-answering wrapper drops ``token_type_ids``, so the adapter
+    would train and predict without segment ids while the merged model (``nlptasks export
+    --merge``) uses them.  Found by a probe: with the adapter disabled the wrapper must give the
+    base model's outputs; where it does not, its forward becomes the adapted model's own.
+    """
+    import torch
+
+    if getattr(model, "active_peft_config", None) is None or model.active_peft_config.is_prompt_learning:
+        return []
+    probe = _probe_inputs(model)
+    base = model.get_base_model()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), model.disable_adapter():
+            wrapped, plain = model(**probe), base(**probe)
+            if _same_outputs(wrapped, plain):
+                return []
+            dropped = [k for k in probe if k != "input_ids" and
+                       _same_outputs(wrapped, base(**{n: v for n, v in probe.items() if n != k}))]
+            special = set(getattr(model, "special_peft_forward_args", ()))
+
+            def forward(*args: Any, **kwargs: Any) -> Any:
+                return model.base_model(*args, **{k: v for k, v in kwargs.items() if k not in special})
+
+            model.forward = forward
+            if not _same_outputs(model(**probe), plain):
+                raise RecipeError("recipe", [Problem("peft.method", f"peft's {type(model).__name__} does not pass "
+                                                     "the model its inputs, and nlptasks could not route them")])
+    finally:
+        model.train(was_training)
+    return dropped or ["inputs"]
 
 
 def parameter_line(trainable: int, total: int) -> str:

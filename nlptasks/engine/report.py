@@ -25,6 +25,23 @@ from typing import Any
 
 from nlptasks.types import Usage
 
+__all__ = [
+    "CARD",
+    "CURVES",
+    "LOG_HISTORY",
+    "classification_sections",
+    "compare",
+    "how_to_load",
+    "infer_command",
+    "markdown_metrics",
+    "model_card",
+    "peak_memory",
+    "per_class_table",
+    "tokenizer_settings",
+    "write_confusion_matrix",
+    "write_curves",
+]
+
 log = logging.getLogger("nlptasks")
 
 CARD = "README.md"

@@ -19,6 +19,23 @@ from typing import Any, TextIO
 
 from nlptasks.errors import DataError, NlptasksError
 
+__all__ = [
+    "CHUNK_ROWS",
+    "CsvWriter",
+    "JsonlWriter",
+    "OUTPUT_FORMATS",
+    "TABLE_SUFFIXES",
+    "TaskFormatWriter",
+    "chunked",
+    "count_rows",
+    "file_kind",
+    "iter_file",
+    "iter_rows",
+    "iter_stdin",
+    "open_output",
+    "stream_predictions",
+]
+
 CHUNK_ROWS = 2048  # even: a predictor may take plain lines two at a time (two texts per input)
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".json"}
 OUTPUT_FORMATS = {"jsonl": "JSON lines, one object per input (default)",

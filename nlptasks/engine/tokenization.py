@@ -20,6 +20,15 @@ if TYPE_CHECKING:
     from nlptasks.context import RunContext
     from nlptasks.recipe import ScratchConfig
 
+__all__ = [
+    "DECODER_SPECIALS",
+    "SPECIALS",
+    "build_tokenizer",
+    "check_tokenizer",
+    "get_tokenizer",
+    "load_pretrained_tokenizer",
+]
+
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # Decoder (causal LM) vocabularies: a pad, an unknown (unused by byte-level BPE), an end-of-text
 # and the two chat-turn markers of the ChatML template (so a from-scratch model can use it).

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nlptasks.engine.peft import ADAPTER_FILES, ADAPTERS_DIR, DEFAULT_ADAPTER, file_sha256, quiet_peft
+from nlptasks.engine.peft import ADAPTER_FILES, ADAPTERS_DIR, DEFAULT_ADAPTER, file_sha256, pass_every_input, quiet_peft
 from nlptasks.engine.rundir import MANIFEST, read_manifest, write_json
 from nlptasks.errors import NlptasksError, Problem, did_you_mean, first_line
 
@@ -74,6 +74,7 @@ def load_trained_model(
     config.inference_mode = True
     with quiet_peft():
         model = PeftModel.from_pretrained(model, str(path), adapter_name=name, config=config)
+    pass_every_input(model)  # as in training: every input reaches the adapted model
     return _ready(model, for_inference)
 
 

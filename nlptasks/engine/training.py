@@ -11,6 +11,17 @@ from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
 
+__all__ = [
+    "build_trainer",
+    "describe_log",
+    "guard_trainer",
+    "make_training_arguments",
+    "resolve_precision",
+    "train_and_evaluate",
+    "training_kwargs",
+    "use_readable_logs",
+]
+
 
 def resolve_precision(precision: str) -> str:
     """``auto`` → bf16 on GPUs that support it, fp16 on older GPUs, fp32 on CPU."""

@@ -28,6 +28,8 @@ from typing import Any
 
 from nlptasks.hookspecs import hookimpl
 
+__all__ = ["Meter", "PRELOAD", "PROBE_OVERRIDES", "measure"]
+
 PROBE_OVERRIDES = (
     "train.eval_strategy=no",
     "train.keep_best=false",
