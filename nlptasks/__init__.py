@@ -40,13 +40,14 @@ _EXPORTS = {
     "hookimpl": "nlptasks.hookspecs",
     "load": "nlptasks.api",
     "load_recipe": "nlptasks.api",
+    "predict_file": "nlptasks.api",
     "run": "nlptasks.api",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
-    from nlptasks.api import load, load_recipe, run
+    from nlptasks.api import load, load_recipe, predict_file, run
     from nlptasks.context import RunContext
     from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
     from nlptasks.hookspecs import hookimpl

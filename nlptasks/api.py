@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from nlptasks.pipeline import RunResult
     from nlptasks.recipe import LoadedRecipe
 
-__all__ = ["load", "load_recipe", "run"]
+__all__ = ["load", "load_recipe", "predict_file", "run"]
 
 
 def load_recipe(path: str | Path, overrides: Iterable[str] = ()) -> LoadedRecipe:
@@ -59,3 +59,14 @@ def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = Fals
         raise NlptasksError(f"{path}: no such folder", hint="Pass the folder `nlptasks run` printed (runs/<task>/<name>).")
     with precision_for_loading(precision):
         return load_predictor(path, adapter=adapter, base_only=base_only)
+
+
+def predict_file(predict: Any, path: str | Path, output: str | Path, chunk_rows: int = 2048) -> int:
+    """Stream the inputs of ``path`` (a .txt, .csv, .tsv, .jsonl or .json file of any size) through
+    ``predict`` (from :func:`load`) into JSON lines at ``output``, ``chunk_rows`` at a time, as
+    ``nlptasks infer --file PATH --output OUTPUT`` does; returns the number of inputs."""
+    from nlptasks.engine.streaming import JsonlWriter, iter_file, stream_predictions
+
+    with open(output, "w", encoding="utf-8") as out:
+        return stream_predictions(predict, iter_file(Path(path)), JsonlWriter(out).write, chunk_rows=chunk_rows,
+                                  source=str(path))

@@ -249,8 +249,38 @@ def test_debug_shows_the_traceback(tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
-def test_readme_first_commands_match_ci():
+def _readme_commands() -> dict[str, str]:
+    """The numbered commands of the README's first code block (``# 1. ...`` then the command)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'pip install -c constraints.txt -e ".[dev]"' in readme and 'pip install -c constraints.txt -e ".[dev]"' in ci
-    assert "python -m pytest" in readme and "python -m pytest" in ci
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    commands, number = {}, None
+    for line in block.splitlines():
+        if line.startswith("# ") and line[2:3].isdigit():
+            number = line[2]
+        elif line.strip() and number:
+            commands[number] = line.strip()
+            number = None
+    return commands
+
+
+def test_readme_first_commands_match_ci_and_the_cli():
+    """The README's second command is what CI runs, verbatim, and CI runs the slow tier too; every
+    nlptasks call of the first command parses and its recipe validates."""
+    import shlex
+
+    from nlptasks.cli import build_parser
+    from nlptasks.pipeline import load_recipe
+
+    commands = _readme_commands()
+    assert set(commands) == {"1", "2"}
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert commands["2"] in ci and commands["2"].endswith("python -m pytest")
+    assert any(line.strip().startswith("python -m pytest --slow") for line in ci)  # the real-data tier
+    calls = [shlex.split(part.strip()) for part in commands["1"].split("&&") if part.strip().startswith("nlptasks ")]
+    assert [c[1] for c in calls] == ["run", "infer"]
+    for call in calls:
+        args = build_parser().parse_args(call[1:])
+        if args.command == "run":
+            assert load_recipe(ROOT / args.recipe).task.name == "cls"
+        else:
+            assert args.task == "cls" and args.texts

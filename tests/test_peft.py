@@ -522,3 +522,11 @@ def test_causal_lm_row_of_the_table(method):
         merged = wrapped.merge_and_unload()
         differences, _ = compare_outputs(before, model_outputs(merged, inputs, "CAUSAL_LM"))
         assert not differences
+
+
+def test_ia3_feedforward_modules_must_be_among_the_targets(cli):
+    """peft trains, then cannot load, an ia3 adapter whose feed-forward modules are not targets."""
+    code, err = validate(cli, "peft.method=ia3", "peft.target_modules=['query', 'value']",
+                         "peft.feedforward_modules=['output.dense']")
+    assert code == 2
+    assert "peft.feedforward_modules: 'output.dense' not among peft.target_modules ('query', 'value')" in err

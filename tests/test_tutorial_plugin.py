@@ -1,12 +1,12 @@
-"""The tutorial plugin (docs/plugin-tutorial/nlptasks-multilabel) works as docs/plugin-guide.md says.
+"""The tutorial plugins (docs/plugin-tutorial/) work as docs/plugin-guide.md says.
 
-The main test does what a plugin user does: ``pip install -e`` the package into this interpreter's
-environment, then drive ``nlptasks`` in fresh subprocesses (the only way to see a newly installed
-entry point): ``plugins --json`` lists the task, ``run`` trains the tutorial recipe, ``infer``
-labels texts.  The package is uninstalled afterwards unless it was installed before the test.
+The first tests do what a plugin user does: install the packages with pip (into a folder of their
+own, never into the environment running the tests), then drive ``nlptasks`` in fresh processes
+that see them as installed distributions (``PYTHONPATH``): ``plugins --json`` lists the tasks,
+``run`` trains the multilabel recipe, ``infer`` labels texts and answers a question.
 
-The other tests load the plugin in-process the way the guide's "Testing your plugin" section
-shows: a ``Host`` without entry points and ``host.register(module)``.
+The other tests load a plugin in-process the way the guide's "Testing your plugin" section
+shows: ``nlptasks.testing.plugin_host`` (no entry points) and ``run_recipe``.
 """
 
 from __future__ import annotations
@@ -22,22 +22,21 @@ import pytest
 from conftest import ROOT, TINY, read_metrics, write_csv
 from nlptasks.errors import DataError, RecipeError
 
-PACKAGE = ROOT / "docs" / "plugin-tutorial" / "nlptasks-multilabel"
+TUTORIALS = ROOT / "docs" / "plugin-tutorial"
+PACKAGE = TUTORIALS / "nlptasks-multilabel"
+QA_PACKAGE = TUTORIALS / "nlptasks-qa"
 RECIPE = PACKAGE / "recipe.toml"
 DIST = "nlptasks-multilabel"
 LABELS = ["价格", "位置", "卫生", "早餐", "服务"]
 
-# Measured (2 CPU cores, one torch thread, seeds 42/1/2/3/4): validation micro-F1 0.93 / 0.98 /
-# 0.93 / 0.92 / 0.94, test 0.93 / 0.97 / 0.92 / 0.87 / 0.92; training about 12 s.  The floors leave
-# room for other torch builds and platforms.
-VALIDATION_F1_FLOOR = 0.80
-TEST_F1_FLOOR = 0.75
 
 
-def _env() -> dict[str, str]:
+def _env(site: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     for var in ("NLPTASKS_PLUGINS", "NLPTASKS_BLOCK_PLUGINS", "NLPTASKS_TRACE"):
-        env.pop(var, None)  # the user's plugin selection must not hide the plugin under test
+        env.pop(var, None)  # these tests are about finding installed plugins: no selection
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     # One torch thread: a tiny model gains nothing from more, and when other processes share the
     # cores, oversubscribed threads make training many times slower.
@@ -45,64 +44,64 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _python(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _python(*args: str, cwd: Path | None = None, check: bool = True, site: Path | None = None
+            ) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True, encoding="utf-8", timeout=300
+        [sys.executable, *args], cwd=cwd, env=_env(site), capture_output=True, text=True, encoding="utf-8",
+        timeout=300,
     )
     if check:
         assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 
-def _nlptasks(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return _python("-m", "nlptasks", *args, cwd=cwd)
-
-
-def _installed() -> bool:
-    probe = "import importlib.metadata as m, sys\ntry:\n    m.distribution(sys.argv[1])\nexcept m.PackageNotFoundError:\n    sys.exit(1)"
-    return _python("-c", probe, DIST, check=False).returncode == 0
-
-
 @pytest.fixture(scope="module")
-def installed_plugin():
-    """``pip install -e`` the tutorial package (idempotent); uninstall it after if it was not there."""
+def site(tmp_path_factory) -> Path:
+    """Both tutorial packages installed by pip into a folder of their own (a wheel is built from
+    each, as for any user), which the subprocesses below put on their path."""
     if _python("-m", "pip", "--version", check=False).returncode != 0:
-        pytest.skip(f"no pip in {sys.executable}'s environment: cannot install the tutorial package")
-    was_installed = _installed()
-    _python(
-        "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-        "--no-deps", "--no-build-isolation", "--no-index", "-e", str(PACKAGE),
-    )
-    try:
-        yield PACKAGE
-    finally:
-        if not was_installed:
-            _python("-m", "pip", "uninstall", "--quiet", "--yes", DIST, check=False)
+        pytest.skip(f"no pip in {sys.executable}'s environment: cannot install the tutorial packages")
+    target = tmp_path_factory.mktemp("site")
+    for package in (PACKAGE, QA_PACKAGE):
+        _python("-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                "--no-build-isolation", "--no-index", "--target", str(target), str(package))
+    assert (target / "nlptasks_multilabel").is_dir() and (target / "nlptasks_qa").is_dir()
+    return target
 
 
-def test_installed_plugin_lists_trains_and_infers(installed_plugin, tmp_path):
-    # nlptasks plugins --json: the entry point is seen by a fresh process and loads cleanly.
-    listing = json.loads(_nlptasks("plugins", "--json", cwd=tmp_path).stdout)
+def _nlptasks(*args: str, cwd: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    return _python("-m", "nlptasks", *args, cwd=cwd, site=site)
+
+
+def test_the_installed_plugins_are_found_through_their_entry_points(site, tmp_path):
+    listing = json.loads(_nlptasks("plugins", "--json", cwd=tmp_path, site=site).stdout)
+    assert not listing["failures"]
     assert listing["tasks"]["multilabel"]["plugin"] == "multilabel"
     assert listing["tasks"]["multilabel"]["best_metric"] == "f1_micro"
-    info = next(p for p in listing["plugins"] if p["name"] == "multilabel")
-    assert info["dist"] == DIST
+    assert listing["tasks"]["qa"] == {"plugin": "qa", "description": listing["tasks"]["qa"]["description"],
+                                      "best_metric": "f1", "peft_task_type": "QUESTION_ANS"}
+    info = {p["name"]: p for p in listing["plugins"]}
+    assert info["multilabel"]["dist"] == DIST and info["qa"]["dist"] == "nlptasks-qa"
     assert {"nlptasks_preprocess", "nlptasks_build_model", "nlptasks_metrics", "nlptasks_load_predictor"} <= set(
-        info["hooks"]
+        info["multilabel"]["hooks"]
     )
-    assert not listing["failures"]
+    assert "nlptasks_train" not in info["qa"]["hooks"]  # windows merged in step 6, no step 9 of its own
+    # the environment running these tests does not have them
+    assert _python("-c", "import nlptasks_qa", check=False).returncode != 0
 
-    # nlptasks run: the tutorial recipe trains to a useful micro-F1.
+
+def test_installed_multilabel_trains_and_infers(site, tmp_path):
+    """The installed package through the CLI (its learning is measured in-process, by the guide's
+    example test below)."""
     runs = tmp_path / "runs"
     proc = _nlptasks(
-        "run", str(RECIPE), "--no-progress", "--set", f"output.dir={runs}", "--set", "output.run_name=t", cwd=tmp_path
+        "run", str(RECIPE), "--no-progress", "--set", "train.epochs=4", "--set", f"output.dir={runs}",
+        "--set", "output.run_name=t", cwd=tmp_path, site=site,
     )
     assert "f1_micro" in proc.stdout
     run_dir = runs / "multilabel" / "t"
     assert (run_dir / "COMPLETE").exists()
     metrics = read_metrics(run_dir)
-    assert metrics["validation"]["f1_micro"] >= VALIDATION_F1_FLOOR, metrics["validation"]
-    assert metrics["test"]["f1_micro"] >= TEST_F1_FLOOR, metrics["test"]
     for split in ("validation", "test"):
         assert {"f1_macro", "exact_match", "precision_micro", "recall_micro"} <= set(metrics[split])
         assert {f"f1/{label}" for label in LABELS} <= set(metrics[split])
@@ -116,7 +115,7 @@ def test_installed_plugin_lists_trains_and_infers(installed_plugin, tmp_path):
 
     # nlptasks infer: one JSON line per text, with labels and a probability for every label.
     texts = ["早餐非常丰富，鸡蛋是现煎的", "价格很实惠，服务也很热情", "还可以"]
-    out = _nlptasks("infer", "--model", str(run_dir), *texts, cwd=tmp_path).stdout
+    out = _nlptasks("infer", "--model", str(run_dir), *texts, cwd=tmp_path, site=site).stdout
     results = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert [r["text"] for r in results] == texts
     for r in results:
@@ -124,7 +123,19 @@ def test_installed_plugin_lists_trains_and_infers(installed_plugin, tmp_path):
         assert sorted(r["scores"]) == sorted(LABELS)
         assert all(r["scores"][label] >= 0.5 for label in r["labels"])
         assert all(0.0 <= p <= 1.0 for p in r["scores"].values())
-    assert "早餐" in results[0]["labels"]
+
+
+def test_installed_qa_runs_and_answers_from_the_command_line(site, tmp_path):
+    recipe = QA_PACKAGE / "recipe.toml"
+    proc = _nlptasks("run", str(recipe), "--no-progress", "--set", "train.max_steps=3", "--set",
+                     "data.max_train_rows=32", "--set", f"output.dir={tmp_path}", "--set", "output.run_name=q",
+                     cwd=tmp_path, site=site)
+    assert "windows_per_question" in proc.stdout
+    question = "湖畔酒店几点可以入住？"
+    context = "湖畔酒店是杭州的一家酒店。入住时间是下午两点。退房时间是中午十二点。"
+    out = _nlptasks("infer", "--model", str(tmp_path / "qa" / "q"), question, context, cwd=tmp_path, site=site).stdout
+    answer = json.loads(out)
+    assert answer["question"] == question and (answer["answer"] == "" or answer["answer"] in context)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +249,7 @@ def test_guide_timer_plugin_wraps_a_run(host, tmp_path, monkeypatch, caplog):
     with caplog.at_level("INFO", logger="nlptasks"):
         result = run(loaded, host=host, progress=False)
     manifest = json.loads((result.output_dir / "nlptasks.json").read_text(encoding="utf-8"))
-    assert manifest["train_seconds"] >= 0
+    assert 0 < manifest["train_seconds"] < result.seconds
     assert any("timer: preprocess took" in r.getMessage() for r in caplog.records)
     import torch
 
@@ -247,9 +258,35 @@ def test_guide_timer_plugin_wraps_a_run(host, tmp_path, monkeypatch, caplog):
 
 
 def test_guide_in_process_test_example_passes(tmp_path, monkeypatch):
-    source = guide_block("from nlptasks.pipeline import load_predictor, run")
+    source = guide_block("from nlptasks.testing import TINY, plugin_host, run_cli, run_recipe")
     source = source.replace('"path/to/src"', repr(str(PACKAGE / "src")))
     source = source.replace('"path/to/recipe.toml"', repr(str(RECIPE)))
     namespace: dict = {}
     exec(compile(source, str(GUIDE), "exec"), namespace)
-    namespace["test_my_task_runs"](tmp_path, monkeypatch)
+    namespace["test_my_task_learns"](tmp_path / "a", monkeypatch)
+    namespace["test_a_missing_column_names_the_option"](tmp_path / "b", monkeypatch)
+
+
+@pytest.mark.parametrize("method", ["lora", "ia3", "prompt", "p_tuning", "prefix"])
+def test_multilabel_peft_methods_train_or_are_refused_by_validate(method, host, tmp_path):
+    """The tutorial declares SEQ_CLS: every method trains and predicts through load_run (the
+    adapter on its base), or is refused by validate with the reason; lora merges."""
+    from nlptasks.testing import run_cli
+
+    sets = [*TINY, f"peft.method={method}", "train.max_steps=2", "peft.num_virtual_tokens=4"
+            if method in ("prompt", "p_tuning", "prefix") else "peft.target_modules=['query', 'value']"]  # ia3: no default feed-forward among them
+    if method == "prefix":
+        code, _, err = run_cli("validate", RECIPE, *[a for s in sets for a in ("--set", s)], host=host)
+        assert code == 2 and "peft.method: 'prefix' does not work for task 'multilabel' (SEQ_CLS)" in err
+        return
+    args = [a for s in [*sets, f"output.dir={tmp_path}", "output.run_name=r"] for a in ("--set", s)]
+    code, _, err = run_cli("run", RECIPE, "--no-progress", *args, host=host)
+    assert code == 0, err
+    run_dir = tmp_path / "multilabel" / "r"
+    assert (run_dir / "adapter_config.json").exists() and not (run_dir / "model.safetensors").exists()
+    code, out, err = run_cli("infer", "--model", run_dir, "早餐很好吃", host=host)
+    assert code == 0, err
+    assert sorted(json.loads(out)["scores"]) == LABELS
+    if method == "lora":
+        code, out, err = run_cli("export", run_dir, "--merge", tmp_path / "merged", host=host)
+        assert code == 0 and "same predictions on 4 stored inputs" in out, err

@@ -450,7 +450,7 @@ def gen_recipes() -> str:
 
     sections = recipe_sections()
     paths = {model: path for path, model in sections if path}
-    out = [header("nlptasks/recipe.py, the built-in task plugins and recipes/cls.toml"), "# Recipe reference", ""]
+    out = [header("nlptasks/recipe/, the built-in task plugins and recipes/cls.toml"), "# Recipe reference", ""]
     out.append(rst_to_md(recipe_module.__doc__ or "", level=2))
     out += [
         "Every key below is also in the JSON Schema printed by `nlptasks schema` (point your",
@@ -608,7 +608,7 @@ def gen_cli() -> str:
     from nlptasks.cli import build_parser
 
     parser = build_parser()
-    out = [header("nlptasks/cli/__init__.py and nlptasks/plugins.py"), "# Command-line reference", ""]
+    out = [header("nlptasks/cli/ and nlptasks/host.py"), "# Command-line reference", ""]
     out += [
         "Everything `nlptasks` does is one of the subcommands below. Each section is the command's",
         "`--help` output.",

@@ -58,17 +58,25 @@ CHECK_ROWS = 4
 
 
 def _ia3_modules(model: Any, target: Any, feedforward: Any) -> tuple[Any, Any]:
-    """IA3's ``target_modules = "all-linear"`` spelled out, with the feed-forward layers among them.
+    """IA3's target and feed-forward modules, so that the adapter peft saves loads again.
 
-    peft resolves "all-linear" to full module names but takes its default feed-forward layers as
-    short names (``down_proj``), then refuses to load the adapter it saved because the second set
-    is not a subset of the first. Naming both in full here gives an adapter that loads again.
+    peft trains an adapter whose feed-forward modules are not among its target modules, then
+    refuses to load it ("feedforward_modules should be a subset of target_modules"): with a list of
+    targets and no feed-forward modules given, its defaults for the architecture are kept only where
+    they are targets.  ``"all-linear"`` is spelled out in full module names, with the feed-forward
+    layers among them (peft would take its defaults as short names, ``down_proj``, again not a
+    subset).
     """
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING as FEEDFORWARD
+
+    if isinstance(target, list) and feedforward is None:
+        default = FEEDFORWARD.get(model.config.model_type)
+        default = [default] if isinstance(default, str) else list(default or [])
+        return target, [f for f in default if f in target]
     if not (isinstance(target, str) and target.lower() == "all-linear"):
         return target, feedforward
     import peft as p
     from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING as FEEDFORWARD
 
     probe = p.LoraConfig(target_modules="all-linear")  # the same resolution peft does for every method
     names = sorted(_maybe_include_all_linear_layers(probe, model).target_modules)

@@ -82,6 +82,13 @@ def peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseModel
             )
         if key in QUANT_4BIT_KEYS and section.get("quantization") != "4bit":
             problems.append(Problem(f"peft.{key}", "applies only with peft.quantization = \"4bit\""))
+    target, feedforward = section.get("target_modules"), section.get("feedforward_modules")
+    if method == "ia3" and isinstance(target, list) and isinstance(feedforward, list):
+        outside = [m for m in feedforward if m not in target]
+        if outside:
+            problems.append(Problem("peft.feedforward_modules", f"{', '.join(map(repr, outside))} not among "
+                                    f"peft.target_modules ({', '.join(map(repr, target))}): ia3 scales feed-forward "
+                                    "modules only among its targets (peft could not load the adapter back)"))
     if spec is None or options is None:
         return problems
     task_type = spec.peft_task_type_for(options)

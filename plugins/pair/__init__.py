@@ -124,11 +124,10 @@ def _stratify(options: PairOptions) -> str | None:
 
 
 def _metrics(options: PairOptions) -> tuple[str, ...]:
-    """classes: accuracy and F1s; scores and the bi-encoder: Spearman and Pearson"""
-    if options.mode == "bi":
-        scored = ("spearman", "pearson")
-        return (*scored, "accuracy", "threshold") if options.label_type == "classes" else scored
-    if options.label_type == "score":
+    """cross-encoder classes: accuracy and F1s; scores and the bi-encoder: Spearman and Pearson
+    (a binary bi-encoder's accuracy at its threshold is found after training: it cannot pick
+    checkpoints)"""
+    if options.mode == "bi" or options.label_type == "score":
         return ("spearman", "pearson")
     return ("accuracy", "f1_macro", "precision_macro", "recall_macro", "f1", "f1/<class>", "precision/<class>",
             "recall/<class>", "support/<class>")

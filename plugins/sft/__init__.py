@@ -126,9 +126,9 @@ def _peft_unsupported(options: SftOptions) -> dict[str, str]:
 
 
 def _metrics(options: SftOptions) -> tuple[str, ...]:
-    """perplexity, and gen_<metric> with [options.generation_eval]"""
-    gen = options.generation_eval
-    return ("perplexity", *((f"gen_{gen.metric}",) if gen is not None else ()))
+    """perplexity (the generation score of [options.generation_eval] is reported after training,
+    so it cannot pick checkpoints)"""
+    return ("perplexity",)
 
 
 def _usage(manifest: dict[str, Any]) -> Usage:
