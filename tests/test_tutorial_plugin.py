@@ -78,8 +78,10 @@ def test_the_installed_plugins_are_found_through_their_entry_points(site, tmp_pa
     assert not listing["failures"]
     assert listing["tasks"]["multilabel"]["plugin"] == "multilabel"
     assert listing["tasks"]["multilabel"]["best_metric"] == "f1_micro"
-    assert listing["tasks"]["qa"] == {"plugin": "qa", "description": listing["tasks"]["qa"]["description"],
-                                      "best_metric": "f1", "peft_task_type": "QUESTION_ANS"}
+    qa = listing["tasks"]["qa"]
+    assert (qa["plugin"], qa["best_metric"], qa["peft_task_type"]) == ("qa", "f1", "QUESTION_ANS")
+    assert qa["label_fields"] == "start_positions (position), end_positions (position)"
+    assert qa["metrics"].startswith("f1, exact_match")
     info = {p["name"]: p for p in listing["plugins"]}
     assert info["multilabel"]["dist"] == DIST and info["qa"]["dist"] == "nlptasks-qa"
     assert {"nlptasks_preprocess", "nlptasks_build_model", "nlptasks_metrics", "nlptasks_load_predictor"} <= set(

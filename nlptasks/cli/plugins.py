@@ -27,6 +27,7 @@ def cmd(args: argparse.Namespace) -> int:
             "plugins": [info.__dict__ for info in infos],
             "tasks": {
                 name: {"plugin": spec.plugin, "description": spec.description, "best_metric": spec.best_metric_text(),
+                       "metrics": spec.metrics_text(), "label_fields": spec.label_fields_text(),
                        "peft_task_type": spec.peft_task_type_text()}
                 for name, spec in sorted(host.tasks.items())
             },
@@ -41,6 +42,7 @@ def cmd(args: argparse.Namespace) -> int:
             spec = host.tasks[task]
             print(f"  task {task}: {spec.description}")
             print(f"    best metric: {spec.best_metric_text()}; peft: {spec.peft_task_type_text()}")
+            print(f"    metrics: {spec.metrics_text()}; labels: {spec.label_fields_text()}")
         print(f"  hooks: {', '.join(info.hooks) or '-'}")
     for failure in host.failures:
         print(f"FAILED {failure}")

@@ -110,7 +110,7 @@ def register_tasks(register: Any) -> None:
             best_metric="f1",
             greater_is_better=True,
             peft_task_type="TOKEN_CLS",
-            metrics=("f1", "precision", "recall", "accuracy", "words_scored", "word_coverage", "repaired_tags",
+            metrics=("f1", "precision", "recall", "accuracy", "words_scored", "word_coverage",
                      "f1/<type>", "precision/<type>", "recall/<type>", "support/<type>"),
             label_fields={"labels": "token"},
             usage=_usage,
