@@ -295,8 +295,8 @@ def nlptasks_metrics(ctx: RunContext) -> Callable[[Any], dict[str, float]] | Non
     **When:** after the model is built.
 
     :param ctx: the run context.
-    :returns: a function ``compute_metrics(evaluation)`` returning a flat dict of floats (*first
-        result wins*).  It receives a :class:`nlptasks.Evaluation`: the predictions and label ids
+    :returns: a function ``compute_metrics(evaluation)`` returning a flat dict of floats
+        (*first result wins*).  It receives a :class:`nlptasks.Evaluation`: the predictions and label ids
         of one split in the split's order (it reads like ``transformers.EvalPrediction``), the
         split's name (``evaluation.split``: ``validation`` or ``test``, whoever asked for the
         evaluation) and ``evaluation.side``, what step 4 kept in ``ctx.side`` for that split, so

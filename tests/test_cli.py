@@ -81,7 +81,8 @@ def test_infer_uses_the_latest_run_and_prints_json(trained):
     assert all(0.5 <= r["score"] <= 1 for r in lines)
 
 
-def test_infer_reads_files_and_stdin(trained, tmp_path):
+def test_infer_reads_files_and_stdin(trained, tmp_path, cli):
+    """txt, jsonl and csv files in-process; real stdin through a fresh process."""
     cwd, run_dir, _ = trained
     txt = tmp_path / "in.txt"
     txt.write_text("服务很好\n\n太差了\n", encoding="utf-8")
@@ -90,9 +91,9 @@ def test_infer_reads_files_and_stdin(trained, tmp_path):
     csv = write_csv(tmp_path / "in.csv", [("服务很好", ""), ("太差了", "")])
     outs = []
     for path in (txt, jsonl, csv):
-        proc = nlptasks("infer", "--model", str(run_dir), "--file", str(path), cwd=cwd)
-        assert proc.returncode == 0, proc.stderr
-        outs.append([json.loads(line)["label"] for line in proc.stdout.splitlines()])
+        code, out, err = cli("infer", "--model", str(run_dir), "--file", str(path))
+        assert code == 0, err
+        outs.append([json.loads(line)["label"] for line in out.splitlines()])
     proc = nlptasks("infer", "--model", str(run_dir), cwd=cwd, input="服务很好\n太差了\n")
     outs.append([json.loads(line)["label"] for line in proc.stdout.splitlines()])
     assert outs[0] == outs[1] == outs[2] == outs[3]

@@ -178,29 +178,29 @@ def test_whitespace_words_keep_their_boundaries_and_offsets(trained):
         assert result["text"][e["start"] : e["end"]] == e["text"] and not e["text"].startswith(" ")
 
 
-def test_conll_round_trip_reproduces_the_tokens(trained, tmp_path):
+def test_conll_round_trip_reproduces_the_tokens(trained, tmp_path, cli):
     cwd, run_dir, _ = trained
     rows = demo_rows("test", 5)
     rows.append({"tokens": list("北京欢迎你") + ["Hello", "1996-08-22", "\"quoted\""], "tags": ["O"] * 8})
     src = write_conll(tmp_path / "in.conll", rows, docstart=True, pos=True)
-    proc = nlptasks("infer", "--model", str(run_dir), "--file", str(src), cwd=cwd)
-    assert proc.returncode == 0, proc.stderr
-    sentences = [s for s in proc.stdout.split("\n\n") if s.strip()]
+    code, out, err = cli("infer", "--model", str(run_dir), "--file", str(src))
+    assert code == 0, err
+    sentences = [s for s in out.split("\n\n") if s.strip()]
     assert len(sentences) == len(rows)
     for sentence, row in zip(sentences, rows, strict=True):
         lines = [line.split("\t") for line in sentence.strip("\n").split("\n")]
         assert [t for t, _ in lines] == row["tokens"]
         assert all(tag == "O" or tag[:2] in {"B-", "I-"} for _, tag in lines)
-    again = nlptasks("infer", "--model", str(run_dir), "--format", "conll", cwd=cwd, input=proc.stdout)
-    assert again.returncode == 0 and again.stdout == proc.stdout  # stdin, and idempotent
+    again = nlptasks("infer", "--model", str(run_dir), "--format", "conll", cwd=cwd, input=out)
+    assert again.returncode == 0 and again.stdout == out  # real stdin in a fresh process, and idempotent
 
 
-def test_unsupported_format_lists_the_tasks_formats(trained, tmp_path):
+def test_unsupported_format_lists_the_tasks_formats(trained, tmp_path, cli):
     cwd, run_dir, _ = trained
     src = write_conll(tmp_path / "in.conll", demo_rows("test", 1))
-    proc = nlptasks("infer", "--model", str(run_dir), "--file", str(src), "--format", "xml", cwd=cwd)
-    assert proc.returncode == 2
-    assert "--format xml: the 'ner' task does not read or write this format (formats: jsonl, csv, conll)" in proc.stderr
+    code, _, err = cli("infer", "--model", str(run_dir), "--file", str(src), "--format", "xml")
+    assert code == 2
+    assert "--format xml: the 'ner' task does not read or write this format (formats: jsonl, csv, conll)" in err
 
 
 def test_batched_inference_equals_one_by_one(trained):

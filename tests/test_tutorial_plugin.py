@@ -3,7 +3,8 @@
 The first tests do what a plugin user does: install the packages with pip (into a folder of their
 own, never into the environment running the tests), then drive ``nlptasks`` in fresh processes
 that see them as installed distributions (``PYTHONPATH``): ``plugins --json`` lists the tasks,
-``run`` trains the multilabel recipe, ``infer`` labels texts and answers a question.
+``run`` trains the multilabel recipe, ``infer`` labels texts (the qa tutorial's own test drives
+its commands in-process).
 
 The other tests load a plugin in-process the way the guide's "Testing your plugin" section
 shows: ``nlptasks.testing.plugin_host`` (no entry points) and ``run_recipe``.
@@ -97,7 +98,7 @@ def test_installed_multilabel_trains_and_infers(site, tmp_path):
     example test below)."""
     runs = tmp_path / "runs"
     proc = _nlptasks(
-        "run", str(RECIPE), "--no-progress", "--set", "train.epochs=4", "--set", f"output.dir={runs}",
+        "run", str(RECIPE), "--no-progress", "--set", "train.epochs=1", "--set", f"output.dir={runs}",
         "--set", "output.run_name=t", cwd=tmp_path, site=site,
     )
     assert "f1_micro" in proc.stdout
@@ -125,19 +126,6 @@ def test_installed_multilabel_trains_and_infers(site, tmp_path):
         assert sorted(r["scores"]) == sorted(LABELS)
         assert all(r["scores"][label] >= 0.5 for label in r["labels"])
         assert all(0.0 <= p <= 1.0 for p in r["scores"].values())
-
-
-def test_installed_qa_runs_and_answers_from_the_command_line(site, tmp_path):
-    recipe = QA_PACKAGE / "recipe.toml"
-    proc = _nlptasks("run", str(recipe), "--no-progress", "--set", "train.max_steps=3", "--set",
-                     "data.max_train_rows=32", "--set", f"output.dir={tmp_path}", "--set", "output.run_name=q",
-                     cwd=tmp_path, site=site)
-    assert "windows_per_question" in proc.stdout
-    question = "湖畔酒店几点可以入住？"
-    context = "湖畔酒店是杭州的一家酒店。入住时间是下午两点。退房时间是中午十二点。"
-    out = _nlptasks("infer", "--model", str(tmp_path / "qa" / "q"), question, context, cwd=tmp_path, site=site).stdout
-    answer = json.loads(out)
-    assert answer["question"] == question and (answer["answer"] == "" or answer["answer"] in context)
 
 
 # ---------------------------------------------------------------------------------------------
