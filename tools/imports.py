@@ -215,4 +215,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `python tools/imports.py | head`
+        sys.exit(0)
