@@ -402,8 +402,8 @@ def test_msra_subset_from_scratch(run_recipe):
         tiny=False,
     )
     metrics = read_metrics(run_dir)
-    # Measured 2026-11-25 (2 idle cores, ~40 s): test F1 0.196, validation 0.143 (2026-11-23: 0.209
-    # and 0.132). A from-scratch model needs far more data (docs/benchmarks.md); the floors hold it
+    # Measured 2026-11-25 (2 idle cores, ~40 s): test F1 0.196, validation 0.143; with the seeded
+    # length-grouped epochs 0.191 and 0.127 (2026-11-23: 0.209 and 0.132). A from-scratch model needs far more data (docs/benchmarks.md); the floors hold it
     # to what it learns on this subset.
     assert metrics["test"]["word_coverage"] == 1.0
     assert metrics["test"]["f1"] > FLOOR_MSRA[0]
@@ -435,5 +435,5 @@ def test_conll2003_subset_with_minilm(run_recipe, tmp_path):
     assert metrics["validation"]["f1"] > FLOOR_CONLL[1]
 
 
-FLOOR_MSRA = (0.17, 0.12)  # test, validation
+FLOOR_MSRA = (0.16, 0.10)  # test, validation
 FLOOR_CONLL = (0.70, 0.61)

@@ -31,11 +31,12 @@ def test_chnsenticorp_from_scratch(run_recipe):
     )
     metrics = read_metrics(run_dir)
     # majority class: 0.684 of validation. Measured 2026-11-23 and again 2026-11-25 (2 idle cores):
-    # 3,000 rows, 3 epochs → validation 0.853, test 0.834, test macro-F1 0.810 (~45 s); 2,000 rows x
-    # 2 epochs stays at the majority class.  The floors sit a few points below.
-    assert metrics["validation"]["accuracy"] > 0.82
-    assert metrics["test"]["accuracy"] > 0.80
-    assert metrics["test"]["f1_macro"] > 0.77
+    # 3,000 rows, 3 epochs → validation 0.853, test 0.834, test macro-F1 0.810 (~45 s); with the
+    # seeded length-grouped epochs 0.847, 0.820, 0.792; 2,000 rows x 2 epochs stays at the majority
+    # class.  The floors sit a few points below.
+    assert metrics["validation"]["accuracy"] > 0.81
+    assert metrics["test"]["accuracy"] > 0.79
+    assert metrics["test"]["f1_macro"] > 0.76
     assert set(metrics["test"]) >= {"f1/0", "f1/1", "precision/0", "recall/1", "support/1"}
 
 

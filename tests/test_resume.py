@@ -52,21 +52,23 @@ def assert_one_line_error(err: str, *fragments: str) -> None:
 
 
 def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
-    # 1 epoch of 150 steps (1,200 rows, batch 8); a full checkpoint every 10 steps
-    common = sets(*TINY, "train.epochs=1", "train.batch_size=8", "output.checkpoint_steps=10",
-                  "data.max_eval_rows=60", f"output.dir={tmp_path / 'runs'}")
+    # 2 epochs of 75 steps (600 rows, batch 8, length-grouped batches as cls.toml has them,
+    # evaluation and the best checkpoint every epoch); a full checkpoint every 10 steps; killed in
+    # the second epoch
+    common = sets(*TINY, "train.epochs=2", "data.max_train_rows=600", "train.batch_size=8",
+                  "output.checkpoint_steps=10", "data.max_eval_rows=60", f"output.dir={tmp_path / 'runs'}")
     whole_proc = nlptasks(*common, *sets("output.run_name=whole"), cwd=tmp_path)  # alongside, for time
     proc = nlptasks(*common, *sets("output.run_name=killed"), cwd=tmp_path)
     run_dir = tmp_path / "runs" / "cls" / "killed"
     deadline = time.time() + 240
-    while not (run_dir / "checkpoints" / "checkpoint-20" / "trainer_state.json").exists():
+    while not (run_dir / "checkpoints" / "checkpoint-90" / "trainer_state.json").exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (run_dir / "COMPLETE").exists()
     steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
-    assert 20 <= steps[-1] < 150, steps  # killed in the middle of the (only) epoch
+    assert 90 <= steps[-1] < 150, steps  # killed in the middle of the second epoch
 
     code, err = finish(whole_proc)
     assert code == 0, err
@@ -74,13 +76,75 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
     assert code == 0, err
     resumed = [line for line in err.splitlines() if "resume" in line]
     assert resumed and "checkpoint-" in resumed[0], err
-    assert int(resumed[0].rsplit("checkpoint-", 1)[1]) >= 20
+    assert int(resumed[0].rsplit("checkpoint-", 1)[1]) >= 90
     assert (run_dir / "COMPLETE").exists() and not (run_dir / "checkpoints").exists()
 
     whole, again = read_metrics(tmp_path / "runs" / "cls" / "whole"), read_metrics(run_dir)
     for split in ("validation", "test"):
         for key in ("loss", "accuracy", "f1_macro"):
-            assert again[split][key] == pytest.approx(whole[split][key], abs=1e-5), (split, key)
+            assert again[split][key] == pytest.approx(whole[split][key], abs=1e-6), (split, key)
+    assert again["train"]["best_step"] == whole["train"]["best_step"]
+
+
+def _losses(run_dir: Path) -> list[float]:
+    """The training losses the run logged, in order."""
+    return [h["loss"] for h in json.loads((run_dir / "log_history.json").read_text(encoding="utf-8")) if "loss" in h]
+
+
+RESUME_RUN = [*TINY, "train.epochs=3", "train.batch_size=8", "data.max_train_rows=240", "data.max_eval_rows=40",
+              "train.logging_steps=5", "output.checkpoint_steps=10", "output.checkpoint_limit=20",
+              "output.keep_checkpoints=true"]
+EVALUATION = {
+    # evaluated at every epoch's end, after the checkpoint of its last step was written
+    "epoch": ("train.eval_strategy=epoch", "train.keep_best=false"),
+    # evaluated every 15 steps, the best checkpoint kept
+    "steps": ("train.eval_strategy=steps", "train.eval_steps=15", "train.keep_best=true"),
+}
+
+
+@pytest.fixture(scope="module", params=list(EVALUATION))
+def uninterrupted(request, tmp_path_factory):
+    """A run of 3 epochs of 30 steps with length-grouped batches (cls.toml), a resumable checkpoint
+    every 10 steps, all checkpoints kept; evaluated as EVALUATION says."""
+    from nlptasks.testing import run_cli
+
+    root = tmp_path_factory.mktemp("resume")
+    argv = sets(*RESUME_RUN, *EVALUATION[request.param], f"output.dir={root}", "output.run_name=r")
+    code, _, err = run_cli("run", CLS, "--no-progress", *argv)
+    assert code == 0, err
+    return root / "cls" / "r", EVALUATION[request.param]
+
+
+@pytest.mark.parametrize("step", [20, 30, 50, 60, 80])
+def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_path, step):
+    """The state kill -9 leaves right after checkpoint-STEP (the folder without its final files and
+    later checkpoints), resumed: the same training losses, step by step, the same best checkpoint
+    and metrics, whether STEP is inside the first epoch (20), at an epoch's end (30, 60: an
+    evaluation follows) or inside a later epoch (50, 80)."""
+    import shutil
+
+    from nlptasks.testing import run_cli
+
+    uninterrupted, evaluation = uninterrupted
+    crashed = tmp_path / "cls" / "r"
+    shutil.copytree(uninterrupted, crashed)
+    for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json", "README.md", "log_history.json"):
+        (crashed / name).unlink()
+    for checkpoint in (crashed / "checkpoints").glob("checkpoint-*"):
+        if int(checkpoint.name.split("-")[1]) > step:
+            shutil.rmtree(checkpoint)
+    argv = sets(*RESUME_RUN, *evaluation, f"output.dir={uninterrupted.parents[1]}", "output.run_name=r")
+    code, _, err = run_cli("run", CLS, "--no-progress", *argv, "--resume", crashed)
+    assert code == 0, err
+    assert f"from checkpoint-{step}" in err
+    whole, again = read_metrics(uninterrupted), read_metrics(crashed)
+    assert again["train"].get("best_step") == whole["train"].get("best_step")
+    for split in ("validation", "test"):
+        assert again[split] == {k: pytest.approx(v, abs=1e-6) for k, v in whole[split].items()
+                                if not k.endswith(("runtime", "per_second"))} | {
+            k: again[split][k] for k in again[split] if k.endswith(("runtime", "per_second"))}
+    # every logged loss, the resumed part included (logged every 5 steps: a checkpoint starts a window)
+    assert _losses(crashed) == _losses(uninterrupted)
 
 
 @pytest.fixture

@@ -7,6 +7,11 @@ identity, then by fingerprint; the Trainer's own ``eval_dataset`` is ``validatio
 ``compute_metrics`` is wrapped so that it receives an :class:`~nlptasks.types.Evaluation`: the
 predictions in the split's order, the split's name and ``ctx.side[split]``, the side data step 4
 kept for it.  A windowed task thus scores per original example without overriding step 9.
+
+Around every evaluation the engine also keeps the random state of training (Python, NumPy,
+torch, CUDA): an evaluation draws from it (each DataLoader iterator takes a seed), so without this
+a run resumed from a checkpoint written just before an evaluation would train on with other
+dropout masks than the run it continues.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from nlptasks.context import RunContext
 from nlptasks.errors import PluginError
 from nlptasks.types import Evaluation
 
-__all__ = ["for_splits", "name_splits", "split_of"]
+__all__ = ["for_splits", "name_splits", "random_state", "set_random_state", "split_of"]
 
 _PREFIX_SPLITS = {"eval": "validation", "test": "test"}
 
@@ -79,18 +84,46 @@ def for_splits(ctx: RunContext, compute_metrics: Callable[[Any], dict[str, float
     return metrics
 
 
+def random_state() -> tuple[Any, ...]:
+    """The random state training draws from: Python's, NumPy's, torch's and CUDA's."""
+    import random
+
+    import numpy as np
+    import torch
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+
+def set_random_state(state: tuple[Any, ...]) -> None:
+    """Put back what :func:`random_state` took."""
+    import random
+
+    import numpy as np
+    import torch
+
+    python, numpy, cpu, cuda = state
+    random.setstate(python)
+    np.random.set_state(numpy)
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
 def name_splits(trainer: Any, ctx: RunContext, data: Any) -> None:
     """Set ``ctx.evaluating`` to the split's name around ``trainer.evaluate`` and
-    ``trainer.predict``, whatever Trainer class and caller."""
+    ``trainer.predict``, whatever Trainer class and caller, and leave training's random state as
+    it was before them."""
     original_evaluate, original_predict = trainer.evaluate, trainer.predict
 
     def scoring(split: str, call: Callable[[], Any]) -> Any:
-        before = ctx.evaluating
+        before, state = ctx.evaluating, random_state()
         ctx.evaluating = split
         try:
             return call()
         finally:
             ctx.evaluating = before
+            set_random_state(state)
 
     def evaluate(eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval", **kwargs: Any) -> Any:
         split = split_of(eval_dataset, data, metric_key_prefix)

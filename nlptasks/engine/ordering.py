@@ -1,4 +1,14 @@
-"""Evaluation and prediction order: length-sorted batches, results in the dataset's order.
+"""Training and evaluation order.
+
+Training (:func:`order_training`): with ``train.group_by_length`` the length-grouped permutation
+of each epoch is drawn from the run's seed and the epoch number alone, so that ``nlptasks run
+--resume`` in any epoch replays the batches of the uninterrupted run.  (transformers' own
+``LengthGroupedSampler`` draws it from torch's global random state at the start of the epoch;
+a resumed run restores that state only after the epoch's batches are drawn, so from the second
+epoch on it trained on other batches than the run it continued.)
+
+Evaluation and prediction (:func:`order_evaluation`): length-sorted batches, results in the
+dataset's order.
 
 Trainer evaluates in dataset order, padding each batch to its longest example; batches that mix a
 short and a long example are mostly padding.  With ``train.sort_eval_by_length`` (the default) the
@@ -20,7 +30,38 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
 
-__all__ = ["example_lengths", "longest_first", "order_evaluation", "restore"]
+__all__ = ["example_lengths", "longest_first", "order_evaluation", "order_training", "restore"]
+
+
+def order_training(trainer: Any, ctx: RunContext) -> None:
+    """With length-grouped training batches, make each epoch's permutation a function of the seed
+    and the epoch (the Trainer calls ``set_epoch`` on its sampler before every epoch, resumed or
+    not); other samplers are left as they are (accelerate already seeds the random one per epoch)."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    original = trainer._get_train_sampler
+    seed = ctx.recipe.seed
+
+    class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+        """transformers' length grouping, with the permutation drawn from ``seed + epoch``."""
+
+        epoch = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = epoch
+
+        def __iter__(self) -> Any:
+            generator = __import__("torch").Generator()
+            generator.manual_seed(seed + self.epoch)
+            return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+    def sampler(*args: Any, **kwargs: Any) -> Any:
+        found = original(*args, **kwargs)
+        if type(found) is LengthGroupedSampler:
+            return EpochSeededLengthGroupedSampler(found.batch_size, lengths=found.lengths)
+        return found
+
+    trainer._get_train_sampler = sampler
 
 
 def example_lengths(dataset: Any) -> Any:

@@ -142,7 +142,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         model = apply_peft(ctx, model, data)
     compute_metrics = for_splits(ctx, hooks.nlptasks_metrics(ctx=ctx))  # 6, told which split it scores
 
-    from nlptasks.engine.ordering import order_evaluation
+    from nlptasks.engine.ordering import order_evaluation, order_training
     from nlptasks.engine.training import guard_trainer, training_kwargs, use_readable_logs
 
     has_validation = "validation" in data and len(data["validation"]) > 0
@@ -158,6 +158,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         )
         use_readable_logs(trainer, ctx, progress)
         guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
+        order_training(trainer, ctx)  # length-grouped epochs drawn from seed and epoch: --resume replays them
         order_evaluation(trainer, ctx)  # length-sorted evaluation batches, results in data order
         name_splits(trainer, ctx, data)  # ctx.evaluating names the split around evaluate/predict
         return trainer
