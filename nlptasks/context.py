@@ -58,6 +58,10 @@ class RunContext:
     """The ``nlptasks`` logger."""
     resume_from: Path | None = None
     """The checkpoint step 9 continues from (``nlptasks run --resume``); ``None``: a fresh start."""
+    skip_malformed_rows: bool = False
+    """Set in step 1 by a task whose options say to skip malformed rows: the default step 2 then
+    leaves out a row whose value is of another kind than its column's (a list among strings),
+    counted with :meth:`drop` as ``"malformed"``, where it would stop with an error naming it."""
 
     def drop(self, split: str, reason: str, count: int) -> None:
         """Record that ``count`` rows of ``split`` were dropped for ``reason`` (logged, saved)."""

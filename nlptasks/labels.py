@@ -1,15 +1,19 @@
 """Class labels as task plugins read them from data: one text spelling, one sort order.
 
-Labels stay as the data spells them (``"0"``/``"1"``, ``"正面"``); a float that is a whole
-number (``1.0``, as pandas or JSON may give) is the integer's text.
+Labels stay as the data spells them (``"0"``/``"1"``, ``"正面"``), stripped; a whole number
+written as a float (``1.0`` or ``"1.0"``, as pandas or JSON may give) is the integer's text, so
+that ``1``, ``1.0`` and ``" 1 "`` are one class, not three.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 __all__ = ["label_text", "sort_labels"]
+
+_WHOLE_FLOAT = re.compile(r"([+-]?\d+)\.0+")
 
 
 def label_text(value: Any) -> str | None:
@@ -19,6 +23,9 @@ def label_text(value: Any) -> str | None:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     text = str(value).strip()
+    whole = _WHOLE_FLOAT.fullmatch(text)
+    if whole:
+        text = str(int(whole.group(1)))
     return text or None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from nlptasks.context import RunContext
 from nlptasks.engine.data import ROW_COLUMN, load_file, numbered_jsonl
 from nlptasks.engine.doctor import balance, blank_texts, duplicates, is_blank, label_sets, split_overlap, truncation
+from nlptasks.engine.files import text_lines
 from nlptasks.engine.inference import predict_logits, predict_per_token, sigmoid, softmax
 from nlptasks.engine.inputs import input_fields, input_texts
 from nlptasks.engine.modeling import label_config, load_model
@@ -39,7 +40,7 @@ API_GROUPS: dict[str, list[str]] = {
     "Errors": ["NlptasksError", "DataError", "RecipeError", "PluginError", "Problem"],
     "Step 2 and 4: rows and columns": [
         "ROW_COLUMN", "row_numbers", "with_row_numbers", "require_columns", "filter_rows", "load_file",
-        "numbered_jsonl", "label_text", "sort_labels",
+        "numbered_jsonl", "text_lines", "label_text", "sort_labels",
     ],
     "Steps 4 and 5: tokenizer and model": ["get_tokenizer", "load_model", "label_config"],
     "Step 6: metrics": ["classification_report", "correlations"],
@@ -102,6 +103,7 @@ __all__ = [
     "softmax",
     "sort_labels",
     "split_overlap",
+    "text_lines",
     "train_and_evaluate",
     "truncation",
     "with_row_numbers",

@@ -245,3 +245,55 @@ def test_a_task_format_streams_chunk_by_chunk(tmp_path, cli):
     sentences = [block for block in whole.split("\n\n") if block.strip()]
     assert len(sentences) == 25
     assert [len(s.splitlines()) for s in sentences] == [len(r["tokens"]) for r in rows[:25]]
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+HOSTILE_FILES = {
+    # name: (bytes, fragments of the one error line)
+    "gbk.txt": ("好\n差\n".encode() + "房间很干净".encode("gbk") + b"\n", ["gbk.txt:3", "not UTF-8"]),
+    "nul.txt": (b"good\nba\x00d\n", ["nul.txt:2", "NUL byte"]),
+    "utf16.txt": ("好\n差\n".encode("utf-16"), ["utf16.txt", "UTF-16"]),
+    "gbk.csv": ("text\n好\n".encode() + "房间很干净".encode("gbk") + b"\n", ["gbk.csv:2", "not UTF-8"]),
+    "quote.csv": ('text\n"好\n差\n坏\n'.encode(), ["quote.csv:1", "quoted field is not closed"]),
+    "nested.jsonl": (b'{"text": "a"}\n{"text": ' + b"[" * 50_000 + b"]" * 50_000 + b"}\n",
+                     ["nested.jsonl:2", "nested too deeply"]),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_FILES))
+def test_a_hostile_input_file_is_named_by_its_row(cls_run, cli, tmp_path, name):
+    data, fragments = HOSTILE_FILES[name]
+    code, out, err = cli("infer", "--model", cls_run, "--file", _write(tmp_path / name, data))
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and err.count("error: ") == 1, err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def test_hostile_stdin_and_paths(cls_run, cli, tmp_path, monkeypatch):
+    """Bytes on stdin are decoded line by line; a folder or a device given as --file is refused
+    before it is read (``/dev/zero`` would be read until memory runs out)."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("好\n".encode() + "差".encode("gbk") + b"\n")))
+    code, _, err = cli("infer", "--model", cls_run)
+    assert code == 2 and "<stdin>:2: not UTF-8" in err, err
+    code, _, err = cli("infer", "--model", cls_run, "--file", tmp_path)
+    assert code == 2 and f"{tmp_path}: is a folder, not a file" in err, err
+    code, _, err = cli("infer", "--model", cls_run, "--file", "/dev/zero")
+    assert code == 2 and "/dev/zero: is not a regular file" in err, err
+
+
+def test_settings_out_of_range_are_refused(cls_run, cli):
+    """--max-length beyond the model's positions would index past its position table (an
+    IndexError deep in torch); a generation setting of nan on a task that does not generate is
+    refused for that reason first."""
+    code, _, err = cli("infer", "--model", cls_run, "--max-length", "4096", "好")
+    assert code == 2 and "--max-length 4096: the run's model has positions for 512 tokens" in err, err
+    assert "--max-length 512 or less" in err
+    code, out, err = cli("infer", "--model", cls_run, "--max-length", "512", "好" * 2000)
+    assert code == 0 and json.loads(out)["label"], err
+    code, _, err = cli("infer", "--model", cls_run, "--temperature", "nan", "好")
+    assert code == 2 and "does not generate text" in err, err

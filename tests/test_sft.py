@@ -232,6 +232,38 @@ def test_skip_bad_rows_counts_them(tmp_path, cli):
     assert "1 malformed" in out
 
 
+def test_a_value_of_the_wrong_kind_is_named_or_skipped(tmp_path, cli):
+    """A list or an object where text belongs: among text rows, step 2 names the row (and
+    options.bad_rows=skip leaves it out, counted); in every row, the row is named by the plugin:
+    its repr is never trained on."""
+    rows = demo_rows(20)
+    rows[3]["instruction"] = ["问", "题"]
+    rows[5]["output"] = {"text": "答"}
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    base = sets(f"data.train={train}", "data.validation=", "data.test=", "data.split.validation=0.2")
+    code, out, err = cli("inspect-batch", QUICKSTART, *base)
+    assert code == 2 and f"{train}:4: column 'instruction': a list" in err, err
+    code, out, err = cli("inspect-batch", QUICKSTART, *base, "--set", "options.bad_rows=skip")
+    assert code == 0, err
+    assert "2 malformed" in out
+    every = write_jsonl(tmp_path / "every.jsonl", [{**r, "output": {"text": r["output"]}} for r in demo_rows(20)])
+    code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={every}", "data.validation=", "data.test="))
+    assert code == 2 and re.search(rf"{re.escape(str(every))}[^:]*:\d+: 'output' must be text, got an object", err), err
+    turns = [[{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": r["output"]}]
+             for r in demo_rows(20)]
+    listed = [[{**t, "content": [t["content"]]} for t in pair] for pair in turns]
+    chat = write_jsonl(tmp_path / "chat.jsonl", [{"messages": m} for m in listed])
+    code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={chat}", "data.validation=", "data.test="))
+    assert code == 2 and "turn 1 (user): 'content' must be text, got a list" in err, err
+    turns[6][0]["content"] = ["问"]  # one turn of one row: pyarrow cannot table it with the others
+    chat = write_jsonl(tmp_path / "mixed.jsonl", [{"messages": m} for m in turns])
+    base = sets(f"data.train={chat}", "data.validation=", "data.test=", "data.split.validation=0.2")
+    code, out, err = cli("inspect-batch", QUICKSTART, *base)
+    assert code == 2 and f"{chat}:7: column 'messages': its value mixes kinds" in err, err
+    code, out, err = cli("inspect-batch", QUICKSTART, *base, "--set", "options.bad_rows=skip")
+    assert code == 0 and "1 malformed" in out, err
+
+
 def test_a_response_cut_away_by_max_length_is_an_error_or_a_counted_drop(tmp_path, cli):
     rows = demo_rows(20)
     rows[5]["instruction"] = "请仔细阅读下面这段很长的说明。" * 30
@@ -343,6 +375,21 @@ def test_infer_generation_flags(memorized, cli):
     assert code == 0 and json.loads(out)["response"]
     code, out, err = cli("infer", "--model", memorized, "--top-p", "1.5", "x")
     assert code == 2 and "--top-p" in err
+
+
+def test_infer_names_inputs_that_are_not_prompts(memorized, cli, tmp_path):
+    """Rows that hold no prompt (null, a list, an object where text belongs) are errors naming the
+    row: a predictor never generates from a value's repr."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"instruction": "湖畔酒店几点可以入住？"}\n{"instruction": ["a", "b"]}\n', encoding="utf-8")
+    code, out, err = cli("infer", "--model", memorized, "--file", src)
+    assert code == 2 and f"{src}:2: 'instruction' must be text, got a list" in err, err
+    src.write_text('{"instruction": null}\n', encoding="utf-8")
+    code, out, err = cli("infer", "--model", memorized, "--file", src)
+    assert code == 2 and f"{src}:1: empty 'instruction'" in err, err
+    src.write_text('{"messages": [{"role": "user", "content": {"text": "hi"}}]}\n', encoding="utf-8")
+    code, out, err = cli("infer", "--model", memorized, "--file", src)
+    assert code == 2 and "'content' must be text, got an object" in err and "{'text'" not in out, err
 
 
 def test_infer_reads_chat_rows(memorized, cli, tmp_path):

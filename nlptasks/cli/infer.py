@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,12 @@ def cmd(args: argparse.Namespace) -> int:
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
     if args.max_length is not None and hasattr(predictor, "max_length"):
+        from nlptasks.engine.inference import position_limit
+
+        limit = position_limit(getattr(predictor, "model", None))
+        if limit is not None and args.max_length > limit:
+            raise NlptasksError(f"--max-length {args.max_length}: the run's model has positions for {limit} tokens",
+                                hint=f"Use --max-length {limit} or less (or leave it out: the run's own).")
         predictor.max_length = args.max_length
     _configure_generation(args, predictor, run_dir)
     task_fmt, out_fmt = _chosen_format(args, predictor, run_dir)
@@ -172,6 +179,9 @@ def _configure_generation(args: argparse.Namespace, predictor: Any, run_dir: Pat
                             hint="Generation settings apply to generating tasks such as sft.")
     if given.get("max_new_tokens", 1) < 1:
         raise NlptasksError("--max-new-tokens must be at least 1")
+    for flag, value in given.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise NlptasksError(f"--{flag.replace('_', '-')} must be a finite number (got {value})")
     if given.get("temperature", 0) < 0:
         raise NlptasksError("--temperature must be 0 (greedy) or more")
     if not 0 < given.get("top_p", 1.0) <= 1:

@@ -7,7 +7,7 @@ row; rows are numbered from 1, header excluded (for jsonl: the line number).
 
 from __future__ import annotations
 
-import csv
+import io
 import json
 import random
 from collections import defaultdict
@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.errors import DataError, NlptasksError
+from nlptasks.engine.files import csv_dicts, read_text
+from nlptasks.errors import DataError, NlptasksError, first_line
 
 if TYPE_CHECKING:
     from datasets import Dataset, DatasetDict
@@ -60,68 +61,16 @@ def detect_format(path: Path, declared: str = "auto") -> str:
 
 
 def read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
-    """Rows of a csv/json/jsonl file as dicts (values as written in the file)."""
-    try:
-        return _read_rows(path, fmt)
-    except UnicodeDecodeError as exc:
-        raise _encoding_error(path, fmt, exc) from None
-
-
-def _encoding_error(path: Path, fmt: str, exc: UnicodeDecodeError) -> DataError:
-    """A file that is not UTF-8: say which encoding it looks like, and the row of the first bad byte."""
-    raw = path.read_bytes()
-    hint = "Save the file as UTF-8 (e.g. iconv -f GBK -t UTF-8 in.csv > out.csv, or 'Save as UTF-8' in a spreadsheet)."
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return DataError("the file is UTF-16 (it starts with a UTF-16 byte-order mark); nlptasks reads UTF-8",
-                         path=str(path), hint=hint.replace("GBK", "UTF-16"))
-    line = raw[: exc.start].count(b"\n") + 1
-    row = line - 1 if fmt == "csv" and line > 1 else line
-    header = fmt == "csv" and line == 1
-    return DataError(
-        f"not UTF-8 text: byte 0x{raw[exc.start]:02x} (GBK or Latin-1, perhaps){' in the header' if header else ''}",
-        path=str(path), row=None if header else row, hint=hint,
-    )
-
-
-def _read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
+    """Rows of a csv/json/jsonl file as dicts (values as written in the file); a file that is not
+    UTF-8, not a regular file, or badly quoted is a :class:`DataError` naming the file and row."""
+    text = read_text(path, header_lines=1 if fmt == "csv" else 0)
     if fmt == "csv":
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh, delimiter=delimiter)
-            if not reader.fieldnames:
-                raise DataError("the file is empty (no header row)", path=str(path))
-            if len(reader.fieldnames) == 1:
-                for other in (";", "\t", "|") if delimiter == "," else (",", ";", "|"):
-                    if other in reader.fieldnames[0]:
-                        shown = "tab" if other == "\t" else repr(other)
-                        read_as = "comma" if delimiter == "," else "tab"
-                        raise DataError(
-                            f"the header {reader.fieldnames[0]!r} is a single column: the file looks "
-                            f"{shown}-separated, but {path.suffix or 'this'} files are read {read_as}-separated",
-                            path=str(path),
-                            hint="Save it with commas as .csv, or with tabs as .tsv.",
-                        )
-            rows = []
-            for i, row in enumerate(reader, start=1):
-                if None in row:
-                    raise DataError(
-                        f"{len(reader.fieldnames) + len(row[None])} fields, the header has "
-                        f"{len(reader.fieldnames)} (unquoted comma?)",
-                        path=str(path),
-                        row=i,
-                    )
-                rows.append(dict(row))
-            if not rows:
-                rows = [dict.fromkeys(reader.fieldnames, None)][:0]
-            return rows
+        return list(csv_dicts(io.StringIO(text, newline=""), str(path), delimiter, path.suffix))
     if fmt == "jsonl":
-        with path.open(encoding="utf-8-sig") as fh:
-            return list(iter_jsonl(fh, str(path)))
+        return list(iter_jsonl(io.StringIO(text), str(path)))
     if fmt == "json":
-        try:
-            obj = json.loads(path.read_text(encoding="utf-8-sig"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", path=str(path)) from None
+        obj = _json(text, str(path))
         if isinstance(obj, dict) and isinstance(obj.get("data"), list):
             obj = obj["data"]
         if not isinstance(obj, list) or not all(isinstance(o, dict) for o in obj):
@@ -130,7 +79,22 @@ def _read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
     raise DataError(f"unknown format {fmt!r}", path=str(path))
 
 
-def rows_to_dataset(rows: list[dict[str, Any]], path: str) -> Dataset:
+def _json(text: str, name: str, row: int | None = None, hint: str | None = None) -> Any:
+    """``json.loads`` with its failures as a :class:`DataError` (nesting too deep included)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        where = f"column {exc.colno}" if row is not None else f"line {exc.lineno}, column {exc.colno}"
+        raise DataError(f"invalid JSON: {exc.msg} ({where})", path=name, row=row, hint=hint) from None
+    except RecursionError:
+        raise DataError("JSON nested too deeply to read", path=name, row=row, hint=hint) from None
+
+
+def rows_to_dataset(rows: list[dict[str, Any]], path: str,
+                    on_malformed: Callable[[int, str], None] | None = None) -> Dataset:
+    """The rows as a table.  A value of another kind than its column's (a list among strings) is a
+    :class:`DataError` naming the row; with ``on_malformed`` the row is left out instead, passed to
+    it as ``(row, reason)``, and the kept rows carry their numbers in :data:`ROW_COLUMN`."""
     from datasets import Dataset
 
     if not rows:
@@ -141,17 +105,93 @@ def rows_to_dataset(rows: list[dict[str, Any]], path: str) -> Dataset:
             if key not in columns:
                 columns.append(key)
     table = {c: [row.get(c) for row in rows] for c in columns}
+    if on_malformed is not None:
+        bad = _off_kind_rows(table)
+        if bad:
+            for number, reason in sorted(bad.items()):
+                on_malformed(number, reason)
+            keep = [i for i in range(len(rows)) if i + 1 not in bad]
+            if not keep:
+                raise DataError("no rows left: every row has a value of another kind than its column's", path=path)
+            table = {c: [values[i] for i in keep] for c, values in table.items()}
+            if ROW_COLUMN not in table:
+                table[ROW_COLUMN] = [i + 1 for i in keep]
+    same = "Give every row of a column the same kind of value (all strings or all numbers)."
     for column, values in table.items():
         problem = _mixed_types(values)
         if problem is not None:
             row, message = problem
-            same = "Give every row of a column the same kind of value (all strings or all numbers)."
-            hint = None if "NaN" in message else same
-            raise DataError(f"column {column!r}: {message}", path=path, row=row, hint=hint)
-    try:
-        return Dataset.from_dict(table)
-    except Exception as exc:  # noqa: BLE001 - pyarrow type errors: mixed types in a column
-        raise DataError(f"cannot build a table: {str(exc).splitlines()[0]} (mixed value types in a column?)", path=path) from None
+            raise DataError(f"column {column!r}: {message}", path=path, row=row, hint=None if "NaN" in message else same)
+    for _ in range(_MAX_NESTED_SKIPS):
+        try:
+            return Dataset.from_dict(table)
+        except Exception as exc:  # noqa: BLE001 - pyarrow type errors: kinds mixed inside nested values
+            found = _first_unbuildable(table)
+            if found is None:
+                raise DataError(f"cannot build a table: {first_line(exc)} (mixed value types in a column?)",
+                                path=path) from None
+            index, column, reason = found
+            number = table[ROW_COLUMN][index] if ROW_COLUMN in table else index + 1
+            message = f"column {column!r}: its value mixes kinds with the rows above ({reason})"
+            if on_malformed is None:
+                raise DataError(message, path=path, row=number, hint=same.replace("(all", "(in nested values too: all")) \
+                    from None
+            on_malformed(number, message)
+            if ROW_COLUMN not in table:
+                table[ROW_COLUMN] = list(range(1, len(rows) + 1))
+            table = {c: values[:index] + values[index + 1:] for c, values in table.items()}
+            if not table[ROW_COLUMN]:
+                raise DataError("no rows left: every row mixes kinds inside its values", path=path) from None
+    raise DataError(f"more than {_MAX_NESTED_SKIPS} rows mix kinds inside their values: fix the file", path=path)
+
+
+_MAX_NESTED_SKIPS = 200
+
+
+def _first_unbuildable(table: dict[str, list[Any]]) -> tuple[int, str, str] | None:
+    """``(index, column, reason)`` of the first row whose value pyarrow cannot put in one column
+    with the rows above it (a list where other rows have text, inside a list of objects), found by
+    bisection; ``None`` when every column builds alone."""
+    import pyarrow as pa
+
+    def fails(values: list[Any]) -> str | None:
+        try:
+            pa.array(values)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            return first_line(exc)
+        return None
+
+    for column, values in table.items():
+        reason = fails(values)
+        if reason is None:
+            continue
+        lo, hi = 1, len(values)  # the shortest failing prefix ends at the row to name
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fails(values[:mid]) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1, column, fails(values[:lo]) or reason
+    return None
+
+
+def _off_kind_rows(table: dict[str, list[Any]]) -> dict[int, str]:
+    """Row (from 1) → reason, for the rows holding a value of another kind than most of their
+    column (NaN among numbers is a number: the task decides about it)."""
+    from collections import Counter
+
+    bad: dict[int, str] = {}
+    for column, values in table.items():
+        kinds = Counter(k for k in map(_kind, values) if k is not None)
+        if len(kinds) < 2:
+            continue
+        usual = kinds.most_common(1)[0][0]
+        for i, value in enumerate(values, start=1):
+            kind = _kind(value)
+            if kind is not None and kind != usual:
+                bad.setdefault(i, f"column {column!r} holds a {kind} where its rows hold a {usual}")
+    return bad
 
 
 def _kind(value: Any) -> str | None:
@@ -189,10 +229,15 @@ def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
     return None
 
 
-def load_file(path: str, declared_format: str = "auto") -> Dataset:
+def load_file(path: str, declared_format: str = "auto",
+              on_malformed: Callable[[int, str], None] | None = None) -> Dataset:
     """One split from a csv/tsv, json, jsonl file or a ``save_to_disk`` folder (``declared_format``:
     ``data.format``, ``auto`` by the extension), values as the file spells them; errors name the
-    file and row.  What default step 2 reads each split with, for a plugin's own step 2."""
+    file and row.  What default step 2 reads each split with, for a plugin's own step 2.
+
+    A row with a value of another kind than its column's (a list among strings) is an error naming
+    it; with ``on_malformed(row, reason)`` it is left out and passed there instead (the kept rows
+    then carry their numbers in :data:`ROW_COLUMN`)."""
     p = Path(path)
     fmt = detect_format(p, declared_format)
     if fmt == "disk":
@@ -201,7 +246,12 @@ def load_file(path: str, declared_format: str = "auto") -> Dataset:
         try:
             loaded = load_from_disk(str(p))
         except Exception as exc:  # noqa: BLE001
-            raise DataError(f"not a datasets save_to_disk folder: {exc}", path=str(p)) from None
+            reason = "" if "is neither" in str(exc) else f" ({first_line(exc)})"  # datasets: no state.json
+            raise DataError(
+                f"is a folder, and not one Dataset.save_to_disk wrote{reason}", path=str(p),
+                hint="Point the recipe at a data file (.csv, .tsv, .json, .jsonl), or at a folder "
+                "Dataset.save_to_disk wrote.",
+            ) from None
         if isinstance(loaded, DatasetDict):
             raise DataError(
                 f"holds several splits ({', '.join(loaded)}); point data.train at one split's folder",
@@ -209,13 +259,15 @@ def load_file(path: str, declared_format: str = "auto") -> Dataset:
             )
         assert isinstance(loaded, Dataset)
         return loaded
-    return rows_to_dataset(read_rows(p, fmt), str(p))
+    return rows_to_dataset(read_rows(p, fmt), str(p), on_malformed)
 
 
 def load_data(ctx: RunContext) -> DatasetDict:
     """Default step 2: local files or a hub dataset, cut to ``max_train_rows``/``max_eval_rows``.
 
     Every split gets a ``__row__`` column (:data:`ROW_COLUMN`): the row's number in its source.
+    With ``ctx.skip_malformed_rows``, a row whose value is of another kind than its column's is
+    left out and counted (``ctx.drop(split, "malformed", n)``) instead of stopping the run.
     """
     from datasets import DatasetDict
 
@@ -229,8 +281,11 @@ def load_data(ctx: RunContext) -> DatasetDict:
         for split in SPLITS:
             path = getattr(cfg, split)
             if path:
-                data[split] = load_file(path, cfg.format)
+                skipped: list[int] = []
+                on_malformed = (lambda row, _reason, out=skipped: out.append(row)) if ctx.skip_malformed_rows else None
+                data[split] = load_file(path, cfg.format, on_malformed)
                 ctx.sources[split] = path
+                ctx.drop(split, "malformed", len(skipped))
     for split in list(data):
         if ROW_COLUMN not in data[split].column_names:
             data[split] = data[split].add_column(ROW_COLUMN, list(range(1, len(data[split]) + 1)))
@@ -367,12 +422,12 @@ def numbered_jsonl(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+            obj = _json(line, name, row=i, hint=hint)
+        except DataError:
             if on_invalid is not None:
                 on_invalid(i)
                 continue
-            raise DataError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=name, row=i, hint=hint) from None
+            raise
         if not isinstance(obj, dict):
             if on_invalid is not None:
                 on_invalid(i)

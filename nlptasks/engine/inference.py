@@ -23,6 +23,8 @@ __all__ = [
     "model_device",
     "precision_for_loading",
     "predict_logits",
+    "position_limit",
+    "usable_positions",
     "predict_per_token",
     "prepare_for_inference",
     "set_inference_precision",
@@ -197,6 +199,25 @@ def predict_per_token(
                 for j, i in enumerate(idx):
                     result[name][i] = np.ascontiguousarray(values[j, -lengths[i]:] if left else values[j, : lengths[i]])
     return result
+
+
+_OFFSET_POSITIONS = {"roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "data2vec-text", "longformer"}
+
+
+def position_limit(model: Any) -> int | None:
+    """The longest input ``model`` has positions for (``max_position_embeddings``, less the padding
+    offset of RoBERTa's family), or ``None`` when its config does not say."""
+    config = getattr(model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    if not isinstance(positions, int) or isinstance(positions, bool):
+        return None
+    return usable_positions(positions, getattr(config, "model_type", None))
+
+
+def usable_positions(positions: int, model_type: str | None) -> int:
+    """Tokens a model with ``max_position_embeddings == positions`` can read: RoBERTa's family
+    spends two positions on its padding offset."""
+    return positions - (2 if model_type in _OFFSET_POSITIONS else 0)
 
 
 def sigmoid(logits: Any) -> Any:

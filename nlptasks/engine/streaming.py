@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from nlptasks.engine.files import csv_dicts, decoded_lines, regular_file
 from nlptasks.errors import DataError, NlptasksError
 
 __all__ = [
@@ -42,34 +43,30 @@ OUTPUT_FORMATS = {"jsonl": "JSON lines, one object per input (default)",
                   "csv": "CSV with a header; nested values (lists, dicts) as JSON"}
 
 
-def iter_rows(stream: TextIO, kind: str, name: str = "<stdin>") -> Iterator[Any]:
-    """Inputs from an open text ``stream``, one at a time: dicts for ``csv``/``tsv``/``jsonl``,
-    the non-empty lines (without the newline) for ``txt``.  Nothing is read ahead beyond the
-    stream's own buffer.  Errors name ``name`` and the row (1-based, header excluded)."""
+def iter_rows(stream: Any, kind: str, name: str = "<stdin>") -> Iterator[Any]:
+    """Inputs from an open stream (binary, decoded line by line, or text), one at a time: dicts for
+    ``csv``/``tsv``/``jsonl``, the non-empty lines (without the newline) for ``txt``.  Nothing is
+    read ahead beyond the stream's own buffer.  Errors name ``name`` and the row (1-based, header
+    excluded); a byte that is not UTF-8, its line."""
+    lines = decoded_lines(stream, name, header_lines=1 if kind in {"csv", "tsv"} else 0)
     if kind in {"csv", "tsv"}:
-        reader = csv.DictReader(stream, delimiter="\t" if kind == "tsv" else ",")
-        if reader.fieldnames is None:
-            raise DataError("the file is empty (no header row)", path=name)
-        for i, row in enumerate(reader, start=1):
-            if None in row:
-                raise DataError(f"{len(reader.fieldnames) + len(row[None])} fields, the header has "
-                                f"{len(reader.fieldnames)} (unquoted comma?)", path=name, row=i)
-            yield dict(row)
+        yield from csv_dicts(lines, name, "\t" if kind == "tsv" else ",", f".{kind}")
     elif kind == "jsonl":
         from nlptasks.engine.data import iter_jsonl
 
-        yield from iter_jsonl(stream, name)
+        yield from iter_jsonl(lines, name)
     else:
-        for line in stream:
+        for line in lines:
             line = line.rstrip("\r\n")
             if line.strip():
                 yield line
 
 
-def iter_stdin(stream: TextIO, name: str = "<stdin>") -> Iterator[Any]:
+def iter_stdin(stream: Any, name: str = "<stdin>") -> Iterator[Any]:
     """Inputs piped on stdin: JSON lines (dicts) when the first non-empty line is a JSON object,
-    else the non-empty lines as strings (the rule of :class:`nlptasks.types.Predictor`)."""
-    lines = iter(stream)
+    else the non-empty lines as strings (the rule of :class:`nlptasks.types.Predictor`).  The
+    bytes are decoded line by line (``stream.buffer`` when there is one)."""
+    lines = decoded_lines(getattr(stream, "buffer", stream), name)
     first, blank = None, []
     for line in lines:
         if line.strip():
@@ -83,7 +80,7 @@ def iter_stdin(stream: TextIO, name: str = "<stdin>") -> Iterator[Any]:
     if head.startswith("{"):
         try:
             is_json = isinstance(json.loads(head), dict)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             is_json = False
     rest = itertools.chain(blank, [first], lines)
     if is_json:
@@ -91,7 +88,7 @@ def iter_stdin(stream: TextIO, name: str = "<stdin>") -> Iterator[Any]:
 
         yield from iter_jsonl(rest, name)
     else:
-        yield from iter_rows(rest, "txt", name)  # type: ignore[arg-type]
+        yield from iter_rows(rest, "txt", name)
 
 
 def file_kind(path: Path) -> str:
@@ -102,15 +99,13 @@ def file_kind(path: Path) -> str:
 
 def iter_file(path: Path) -> Iterator[Any]:
     """The inputs of ``path`` one at a time (a ``.json`` array is read whole: JSON has no rows)."""
-    if not path.exists():
-        raise DataError("file not found", path=str(path))
-    kind = file_kind(path)
+    kind = file_kind(regular_file(path))
     if kind == "json":
         from nlptasks.engine.data import read_rows
 
         yield from read_rows(path, "json")
         return
-    with path.open(encoding="utf-8-sig", newline="" if kind in {"csv", "tsv"} else None) as fh:
+    with path.open("rb") as fh:
         yield from iter_rows(fh, kind, str(path))
 
 
@@ -118,15 +113,18 @@ def count_rows(path: Path) -> int | None:
     """The number of inputs in ``path`` when it is cheap to know (one pass over the bytes for
     txt/jsonl, a csv parse for csv/tsv); ``None`` for other files."""
     kind = file_kind(path)
-    if kind in {"txt", "jsonl"}:
-        n = 0
-        with path.open("rb") as fh:
-            for line in fh:
-                n += bool(line.strip())
-        return n
-    if kind in {"csv", "tsv"}:
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            return max(sum(1 for _ in csv.reader(fh, delimiter="\t" if kind == "tsv" else ",")) - 1, 0)
+    try:
+        if kind in {"txt", "jsonl"}:
+            n = 0
+            with path.open("rb") as fh:
+                for line in fh:
+                    n += bool(line.strip())
+            return n
+        if kind in {"csv", "tsv"}:
+            with path.open(encoding="utf-8-sig", newline="") as fh:
+                return max(sum(1 for _ in csv.reader(fh, delimiter="\t" if kind == "tsv" else ",")) - 1, 0)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None  # the reading itself names the problem, with its row
     return None
 
 

@@ -10,7 +10,9 @@ helpers the plugins call are in :mod:`nlptasks.engine.doctor`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -85,14 +87,33 @@ def check(loaded: LoadedRecipe, host: Host | None = None) -> Report:
         for split, reasons in ctx.dropped.items():  # counted skips the recipe allowed while loading
             for reason, n in reasons.items():
                 findings.append(Finding("warning", "skipped", f"{n} row(s) skipped while loading ({reason})", split))
-        for result in hooks.nlptasks_check(ctx=ctx, data=data):
-            findings += result or []
+        with _no_length_warning():  # checks measure lengths untruncated; the truncation finding says it
+            for result in hooks.nlptasks_check(ctx=ctx, data=data):
+                findings += result or []
         sources = dict(ctx.sources)
     if not any(True for _ in _implementations(host, loaded)):
         findings.append(Finding("info", "no-checks", f"the {loaded.task.plugin} plugin contributes no data checks"))
     order = {level: i for i, level in enumerate(LEVELS)}
     findings.sort(key=lambda f: order[f.level])
     return Report(source, loaded.task.name, sizes, sources, findings)
+
+
+class _LengthWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token indices sequence length is longer")
+
+
+@contextmanager
+def _no_length_warning() -> Iterator[None]:
+    """Without transformers' warning that an input is longer than the model takes: the data
+    doctor tokenizes whole texts on purpose, to count what ``model.max_length`` cuts."""
+    logger = logging.getLogger("transformers.tokenization_utils_base")
+    quiet = _LengthWarning()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _implementations(host: Host, loaded: LoadedRecipe) -> Iterable[Any]:

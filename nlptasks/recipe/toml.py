@@ -57,6 +57,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         ) from None
     except IsADirectoryError:
         raise NlptasksError(f"{path}: is a folder, not a recipe file") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise RecipeError(str(path), [Problem(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}): "
+                                              "save the recipe as UTF-8")]) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

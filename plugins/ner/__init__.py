@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    ROW_COLUMN,
     DataError,
     Evaluation,
     NlptasksError,
@@ -160,9 +161,14 @@ def nlptasks_load_data(ctx: RunContext) -> Any:
             for o in objs[:1]:
                 _require_keys(o, opts, path_text)
         else:
-            ds = load_file(path_text, cfg.format)
+            skipped: list[int] = []
+            ds = load_file(path_text, cfg.format, (lambda row, _why: skipped.append(row)) if opts.skip_invalid_rows else None)
+            ctx.drop(split, "malformed", len(skipped))
             if LINE not in ds.column_names:
-                ds = ds.add_column(LINE, list(range(1, len(ds) + 1)))
+                numbered = ROW_COLUMN in ds.column_names  # rows were left out: each keeps its number
+                ds = ds.add_column(LINE, list(ds[ROW_COLUMN]) if numbered else list(range(1, len(ds) + 1)))
+                if numbered:
+                    ds = ds.remove_columns(ROW_COLUMN)
             data[split] = ds
             continue
         checked = check_rows(rows, path_text, *keys, skip_invalid=opts.skip_invalid_rows)

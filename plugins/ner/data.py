@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.plugin import DataError, numbered_jsonl
+from nlptasks.plugin import DataError, numbered_jsonl, text_lines
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -29,8 +29,7 @@ LINE = "__line__"
 
 def iter_conll(path: Path, tags_required: bool = True) -> Iterator[tuple[int, list[str], list[str]]]:
     """``(first line, tokens, tags)`` per sentence of a CoNLL file (see :func:`iter_conll_lines`)."""
-    with path.open(encoding="utf-8-sig") as fh:
-        yield from iter_conll_lines(fh, str(path), tags_required)
+    yield from iter_conll_lines(text_lines(path), str(path), tags_required)
 
 
 def iter_conll_lines(
@@ -88,13 +87,12 @@ def read_jsonl(path: Path, skip_invalid: bool = False) -> tuple[list[dict[str, A
     lines were skipped (``skip_invalid``; otherwise an invalid line is a :class:`DataError`)."""
     skipped: list[int] = []
     rows = []
-    with path.open(encoding="utf-8-sig") as fh:
-        for number, obj in numbered_jsonl(
-            fh, str(path), on_invalid=skipped.append if skip_invalid else None,
-            hint="Fix the line, or skip bad rows with --set options.skip_invalid_rows=true.",
-        ):
-            obj[LINE] = number
-            rows.append(obj)
+    for number, obj in numbered_jsonl(
+        text_lines(path), str(path), on_invalid=skipped.append if skip_invalid else None,
+        hint="Fix the line, or skip bad rows with --set options.skip_invalid_rows=true.",
+    ):
+        obj[LINE] = number
+        rows.append(obj)
     return rows, len(skipped)
 
 

@@ -160,6 +160,12 @@ def tokenizer_and_template(ctx: RunContext, train: list[tuple[int, list[dict[str
 
 
 @hookimpl
+def nlptasks_setup(ctx: RunContext) -> None:
+    # options.bad_rows = "skip" covers rows step 2 cannot even table (a list where text belongs)
+    ctx.skip_malformed_rows = ctx.options.bad_rows == "skip"
+
+
+@hookimpl
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     from datasets import DatasetDict
 

@@ -39,9 +39,22 @@ def detect_shape(columns: list[str], opts: Any) -> str:
     )
 
 
-def prompt_text(instruction: Any, extra: Any) -> str:
-    instruction = "" if instruction is None else str(instruction).strip()
-    extra = "" if extra is None else str(extra).strip()
+def text(value: Any, what: str) -> str:
+    """A field's text: a string, or a number written as text; ``""`` for a missing one.  A list,
+    an object or a boolean is a :class:`RowProblem` (its ``str()`` would be trained on)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    kind = {dict: "an object", list: "a list", bool: "a boolean"}.get(type(value), type(value).__name__)
+    raise RowProblem(f"{what} must be text, got {kind}")
+
+
+def prompt_text(instruction: Any, extra: Any, names: tuple[str, str] = ("instruction", "input")) -> str:
+    instruction = text(instruction, repr(names[0])).strip()
+    extra = text(extra, repr(names[1])).strip()
     return f"{instruction}\n\n{extra}" if extra else instruction
 
 
@@ -50,15 +63,16 @@ def to_messages(row: dict[str, Any], shape: str, opts: Any, need_answer: bool = 
     if shape == "mixed":
         shape = "chat" if row.get(opts.messages_column) is not None else "alpaca"
     if shape == "alpaca":
-        instruction = row.get(opts.instruction_column)
-        if instruction is None or not str(instruction).strip():
+        instruction = text(row.get(opts.instruction_column), repr(opts.instruction_column))
+        if not instruction.strip():
             raise RowProblem(f"empty {opts.instruction_column!r}")
-        messages = [{"role": "user", "content": prompt_text(instruction, row.get(opts.input_column))}]
+        names = (opts.instruction_column, opts.input_column)
+        messages = [{"role": "user", "content": prompt_text(instruction, row.get(opts.input_column), names)}]
         if need_answer:
-            output = row.get(opts.output_column)
-            if output is None or not str(output).strip():
+            output = text(row.get(opts.output_column), repr(opts.output_column)).strip()
+            if not output:
                 raise RowProblem(f"empty {opts.output_column!r} (nothing to learn from)")
-            messages.append({"role": "assistant", "content": str(output).strip()})
+            messages.append({"role": "assistant", "content": output})
     else:
         raw = row.get(opts.messages_column)
         if not isinstance(raw, list) or not raw:
@@ -67,12 +81,12 @@ def to_messages(row: dict[str, Any], shape: str, opts: Any, need_answer: bool = 
         for i, turn in enumerate(raw, 1):
             if not isinstance(turn, dict) or "role" not in turn or "content" not in turn:
                 raise RowProblem(f"turn {i} must be an object with 'role' and 'content'")
-            role = str(turn["role"]).strip().lower()
+            role = text(turn["role"], f"turn {i}: 'role'").strip().lower()
             if role not in ROLES:
                 raise RowProblem(f"turn {i}: unknown role {turn['role']!r} (allowed: {', '.join(ROLES)})")
             if role == "system" and i != 1:
                 raise RowProblem(f"turn {i}: a system turn may only come first")
-            content = "" if turn["content"] is None else str(turn["content"])
+            content = text(turn["content"], f"turn {i} ({role}): 'content'")
             if not content.strip():
                 raise RowProblem(f"turn {i} ({role}) has empty content")
             messages.append({"role": role, "content": content})
