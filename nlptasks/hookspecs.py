@@ -398,7 +398,9 @@ def nlptasks_train(ctx: RunContext, trainer: Trainer, data: DatasetDict) -> dict
     ``output.checkpoint_steps`` and raises a one-line error at the first NaN or infinite training
     loss (docs/reliability.md).  ``trainer.evaluate(eval_dataset=data[split])`` and
     ``trainer.predict(data[split])`` set ``ctx.evaluating`` to the split's name, so step 6 knows
-    what it scores.  Figures from ``ctx.record`` are merged into the returned metrics.
+    what it scores.  Figures from ``ctx.record`` are merged into the returned metrics.  A step 9
+    that returns without one optimizer step (``trainer.state.global_step == 0``) fails the run:
+    the model would be saved as it was built.
     """
 
 

@@ -120,7 +120,7 @@ class Host:
             try:
                 plugin = ep.load()
                 self.register(plugin, name=ep.name, dist=(dist, version))
-            except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
                 failure = PluginFailure(ep.name, ep.value, f"{dist} {version}".strip(), _one_line(exc))
                 self.failures.append(failure)
                 log.warning("%s", failure)
@@ -175,7 +175,7 @@ class Host:
                 impl(register=register)
             except _TwoPlugins:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a broken plugin (a bad TaskSpec) must not break the CLI
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
                 failure = PluginFailure(name, name, " ".join(self.dist_of(name)).strip(), _one_line(exc))
                 self.failures.append(failure)
                 log.warning("%s", failure)

@@ -1,8 +1,10 @@
 """Bad inputs, tested: a corpus of malformed recipes and dirty data files through the CLI.
 
-``tests/bad_inputs/recipes/*.toml``: each starts with ``# expect: FRAGMENT`` lines (and, when
-``nlptasks validate`` does not meet the problem, ``# command: run``, with ``# args: ...`` after the
-recipe).
+``tests/bad_inputs/recipes/*.toml``: each starts with ``# expect: FRAGMENT`` lines.  ``validate``
+and ``run`` must both refuse the recipe with those fragments: validate checks everything run checks
+before it loads data.  A recipe that is valid but that this machine cannot run (fp16 without a GPU)
+says ``# command: run``: run refuses it, validate passes with a note giving the fragments.
+``# args: ...`` are passed after the recipe (``--resume``, which only run takes).
 ``tests/bad_inputs/data/``: dirty files written for these tests, described in ``manifest.toml``.
 
 Every case must give a non-zero exit (or, for a defect the run repairs, a finding of the data
@@ -24,7 +26,8 @@ MANIFEST = tomllib.loads((DATA / "manifest.toml").read_text(encoding="utf-8"))["
 
 
 def header(path: Path, key: str) -> list[str]:
-    return re.findall(rf"^# {key}: (.*)$", path.read_text(encoding="utf-8"), flags=re.M)
+    text = path.read_text(encoding="utf-8", errors="replace")  # a recipe may be non-UTF-8 on purpose
+    return re.findall(rf"^# {key}: (.*)$", text, flags=re.M)
 
 
 def assert_clean_error(err: str) -> list[str]:
@@ -45,16 +48,23 @@ def test_the_corpus_is_big_enough():
 
 @pytest.mark.parametrize("path", RECIPES, ids=[p.stem for p in RECIPES])
 def test_malformed_recipe(cli, tmp_path, path):
-    command = (header(path, "command") or ["validate"])[0]
-    argv = [command, str(path), *" ".join(header(path, "args")).split()]
-    if command == "run":
-        argv += ["--no-progress", "--set", f"output.dir={tmp_path}"]
-    code, out, err = cli(*argv)
-    assert code != 0, (out, err)
-    lines = assert_clean_error(err)
-    assert len(lines) <= 4, err  # the error, its problem line(s), the hint
-    for fragment in header(path, "expect"):
-        assert fragment in err, (fragment, err)
+    machine = header(path, "command") == ["run"]
+    args = " ".join(header(path, "args")).split()
+    run = ["run", str(path), *args, "--no-progress", "--set", f"output.dir={tmp_path}"]
+    commands = [run] if machine else [["validate", str(path), *args], run]
+    for argv in commands:
+        code, out, err = cli(*argv)
+        assert code != 0, (argv[0], out, err)
+        lines = assert_clean_error(err)
+        assert len(lines) <= 4, err  # the error, its problem line(s), the hint
+        for fragment in header(path, "expect"):
+            assert fragment in err, (argv[0], fragment, err)
+    if machine and "--resume" not in args:  # validate passes, with a note saying what run refuses
+        code, out, err = cli("validate", str(path), *args)
+        assert code == 0, err
+        notes = "\n".join(line for line in err.splitlines() if line.startswith("note: "))
+        for fragment in header(path, "expect"):
+            assert fragment in notes, (fragment, err)
 
 
 def dirty_recipe(tmp_path: Path, entry: dict) -> Path:

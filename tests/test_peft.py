@@ -530,3 +530,15 @@ def test_ia3_feedforward_modules_must_be_among_the_targets(cli):
                          "peft.feedforward_modules=['output.dense']")
     assert code == 2
     assert "peft.feedforward_modules: 'output.dense' not among peft.target_modules ('query', 'value')" in err
+
+
+def test_modules_to_save_must_name_modules_of_the_model(cli, tmp_path):
+    """peft ignores a modules_to_save entry that matches nothing: the head would stay frozen at its
+    random start and the run would "train" without a word.  Refused before training, named."""
+    sets = [*FAST, "peft.method=lora", "peft.modules_to_save=['clasifier']", f"output.dir={tmp_path}",
+            "output.run_name=r"]
+    code, _, err = cli(*argv("run", RECIPES / "cls.toml", "--no-progress", sets=sets))
+    assert code == 2
+    assert "peft.modules_to_save: 'clasifier' names no module of BertForSequenceClassification" in err
+    assert "did you mean 'classifier'" in err and "Traceback" not in err
+    assert not (tmp_path / "cls" / "r" / "COMPLETE").exists()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+from pathlib import Path
+
 import pytest
 
 from conftest import RECIPES, ROOT
@@ -102,16 +104,43 @@ def _pred():
     return EvalPrediction(predictions=np.array([[1.0, 0.0], [0.0, 1.0]]), label_ids=np.array([0, 0]))
 
 
-@pytest.fixture
-def broken_dist(tmp_path):
-    """A really installed (on PYTHONPATH) distribution whose plugin module fails to import."""
+def installed(tmp_path: Path, source: str) -> str:
+    """A really installed (on PYTHONPATH) distribution ``broken-plugin 0.3`` with ``source`` as its
+    plugin module; the site folder to put on the path."""
     site = tmp_path / "site"
     info = site / "broken_plugin-0.3.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.3\n", encoding="utf-8")
     (info / "entry_points.txt").write_text("[nlptasks]\nbroken = broken_plugin\n", encoding="utf-8")
-    (site / "broken_plugin.py").write_text("import not_a_module_anywhere\n", encoding="utf-8")
+    (site / "broken_plugin.py").write_text(source, encoding="utf-8")
     return str(site)
+
+
+@pytest.fixture
+def broken_dist(tmp_path):
+    """A distribution whose plugin module fails to import."""
+    return installed(tmp_path, "import not_a_module_anywhere\n")
+
+
+EXITING = {
+    "import": "import sys\nsys.exit('broken-plugin needs a GPU')\n",
+    "register": "import sys\nfrom nlptasks.plugin import hookimpl\n\n\n@hookimpl\ndef register_tasks(register):\n"
+                "    raise SystemExit(3)\n",
+    "bare exit": "raise SystemExit\n",
+}
+
+
+@pytest.mark.parametrize("when", list(EXITING))
+def test_a_plugin_that_exits_is_a_failure_not_the_end_of_the_cli(tmp_path, when):
+    """``sys.exit()`` in a plugin (at import, or while it registers its tasks) is a SystemExit, not
+    an Exception: it used to end every command, ``nlptasks plugins`` included, with its code."""
+    site = installed(tmp_path, EXITING[when])
+    proc = run_cli("plugins", extra_path=site)
+    assert proc.returncode == 0, proc.stderr
+    assert "FAILED plugin 'broken'" in proc.stdout and "SystemExit" in proc.stdout, proc.stdout
+    assert "task cls" in proc.stdout
+    proc = run_cli("validate", str(RECIPES / "cls.toml"), extra_path=site)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok:"), proc.stderr
 
 
 def test_broken_plugin_is_reported_and_does_not_break_other_commands(broken_dist):

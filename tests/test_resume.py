@@ -208,11 +208,22 @@ def test_partial_checkpoints_are_skipped_and_a_changed_recipe_is_refused(cli, br
     assert_one_line_error(err, "no incomplete run of task 'cls'", f"Start one: nlptasks run {CLS}")
 
 
-def test_a_nan_loss_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint(cli, tmp_path):
-    # learning rate 1e4 (train.extra overrides the bounded key): finite for 3 steps, NaN at step 4
-    code, out, err = cli("run", CLS, "--no-progress", *sets(
-        *TINY, "train.max_steps=10", "train.warmup=0", "train.extra.learning_rate=1e4",
-        "output.checkpoint_steps=1", f"output.dir={tmp_path}", "output.run_name=n"))
+def test_a_nan_loss_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint(tmp_path):
+    # learning rate 1e4 (a plugin's step-7 wrapper sets it past the recipe's bounds): finite for 3
+    # steps, NaN at step 4
+    from nlptasks import hookimpl
+    from nlptasks.testing import plugin_host, run_cli
+
+    class Reckless:
+        @hookimpl(wrapper=True)
+        def nlptasks_training_arguments(self, ctx, kwargs):
+            kwargs["learning_rate"] = 1e4
+            return (yield)
+
+    code, out, err = run_cli("run", CLS, "--no-progress", *sets(
+        *TINY, "train.max_steps=10", "train.warmup=0",
+        "output.checkpoint_steps=1", f"output.dir={tmp_path}", "output.run_name=n"),
+        host=plugin_host(builtins=True, reckless=Reckless()))
     assert code == 2, err
     assert_one_line_error(err, "the training loss became nan at step ")
     step = int(err.split("at step ")[1].split(";")[0])  # 4 on our CPUs
@@ -228,6 +239,26 @@ def test_a_nan_loss_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint
     assert all(bool(t.isfinite().all()) for t in weights.values())
 
 
+def test_a_run_that_trained_nothing_is_not_saved_as_a_model(tmp_path):
+    """A step 9 that evaluates and returns without training (a plugin's bug) leaves the run
+    incomplete instead of saving the untrained model as the result."""
+    from nlptasks import hookimpl
+    from nlptasks.testing import plugin_host, run_cli
+
+    class EvaluateOnly:
+        @hookimpl(tryfirst=True)
+        def nlptasks_train(self, ctx, trainer, data):
+            return {"validation": trainer.evaluate(eval_dataset=data["validation"])}
+
+    code, _, err = run_cli("run", CLS, "--no-progress", *sets(*TINY, "train.max_steps=3", f"output.dir={tmp_path}",
+                                                               "output.run_name=z"),
+                           host=plugin_host(builtins=True, lazy=EvaluateOnly()))
+    assert code == 2, err
+    assert_one_line_error(err, "train: no optimizer step was taken", "max_steps 3", "left incomplete")
+    run_dir = tmp_path / "cls" / "z"
+    assert not (run_dir / "COMPLETE").exists() and not (run_dir / "model.safetensors").exists()
+
+
 def test_an_unwritable_output_dir_is_named(cli, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder\n")
@@ -236,19 +267,23 @@ def test_an_unwritable_output_dir_is_named(cli, tmp_path):
     assert_one_line_error(err, str(blocker), "Not a directory", "--set output.dir=DIR")
 
 
-def test_a_full_disk_is_named(tmp_path):
-    """A file-size limit makes every write past 100 kB fail (EFBIG) as a full disk does (ENOSPC);
-    safetensors reports it as its own exception, which must still name the folder."""
+@pytest.mark.parametrize(("limit", "reason"), [(100_000, "File too large"), (250_000, "a write was cut short")],
+                         ids=["safetensors", "torch-save"])
+def test_a_full_disk_is_named(tmp_path, limit, reason):
+    """A file-size limit makes every write past ``limit`` fail (EFBIG) as a full disk does (ENOSPC).
+    At 100 kB the model's safetensors fails (safetensors reports it as its own exception); at
+    250 kB the model is written and the checkpoint's optimizer.pt is cut short (torch.save reports
+    "unexpected pos"): either must still name the folder and say the disk is full."""
 
-    def limit() -> None:
+    def limiter() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    proc = nlptasks(*sets(*TINY, "train.max_steps=3", f"output.dir={tmp_path}", "output.run_name=f"),
-                    cwd=tmp_path, preexec_fn=limit)
+    proc = nlptasks(*sets(*TINY, "train.max_steps=3", "output.checkpoint_steps=2", f"output.dir={tmp_path}",
+                          "output.run_name=f"), cwd=tmp_path, preexec_fn=limiter)
     code, err = finish(proc)
     assert code == 2, err
-    assert_one_line_error(err, str(tmp_path / "cls" / "f"), "File too large", "free space")
+    assert_one_line_error(err, str(tmp_path / "cls" / "f"), reason, "free space")
     assert not (tmp_path / "cls" / "f" / "COMPLETE").exists()
     assert json.loads((tmp_path / "cls" / "f" / "nlptasks-run.json").read_text())["recipe_sha256"]
 

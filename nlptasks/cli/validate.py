@@ -26,6 +26,9 @@ def cmd(args: argparse.Namespace) -> int:
 
     loaded = load_recipe(args.recipe, args.overrides)
     print_notes(loaded)
+    from nlptasks.engine.preflight import check_preflight
+
+    check_preflight(loaded)  # what a run checks before it reads data: libraries, config.json, memory
     r = loaded.recipe
     data = r.data.hub or ", ".join(f"{k}={getattr(r.data, k)}" for k in ("train", "validation", "test") if getattr(r.data, k))
     model = r.model.name_or_path or f"from scratch ({r.model.scratch.architecture}, {r.model.scratch.tokenizer} vocabulary)"  # type: ignore[union-attr]

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.errors import Problem, RecipeError, first_line
+from nlptasks.errors import Problem, RecipeError, did_you_mean, first_line
 
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
@@ -201,6 +201,13 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model)
+    names = [n for n, _ in model.named_modules()]
+    missing = [m for m in cfg.modules_to_save or [] if not any(n == m or n.endswith("." + m) for n in names)]
+    if missing:
+        sample = ", ".join(n for n in names if n.count(".") <= 1 and n)[:200]
+        short = {n.rsplit(".", 1)[-1] for n in names if n}
+        raise RecipeError("recipe", [Problem("peft.modules_to_save", f"{m!r} names no module of {type(model).__name__}"
+                                             f"{did_you_mean(m, short)} (its modules: {sample}, ...)") for m in missing])
     config = peft_config(ctx, model, task_type)
     try:
         with quiet_peft():

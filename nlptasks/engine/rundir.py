@@ -159,18 +159,22 @@ def latest_run(task: str, runs_dir: Path | None = None) -> Path | None:
 
 
 # How libraries that write in native code report a failed write: safetensors ("I/O error: No space
-# left on device (os error 28)") and torch.save ("PytorchStreamWriter failed writing file ...").
+# left on device (os error 28)"), torch.save ("PytorchStreamWriter failed writing file ...", or, when
+# the write was cut short by a full disk or a file-size limit, "[enforce fail at
+# inline_container.cc] . unexpected pos 221440 vs 221328").
 _IO_MESSAGES = ("I/O error", "failed writing file", "No space left on device", "File too large")
+_SHORT_WRITE = re.compile(r"unexpected pos \d+ vs \d+|inline_container\.cc")
 
 
 def wrapped_io_error(exc: Exception, output_dir: Path) -> OSError | None:
     """An ``OSError`` for a write failure a library reported as another exception, naming the
     file being written (the newest file under the run folder), or ``None``."""
     text = str(exc)
-    if not any(m in text for m in _IO_MESSAGES):
+    short = _SHORT_WRITE.search(text) is not None
+    if not short and not any(m in text for m in _IO_MESSAGES):
         return None
     code = re.search(r"os error (\d+)", text)
-    number = int(code.group(1)) if code else errno.EIO
+    number = int(code.group(1)) if code else errno.ENOSPC if short else errno.EIO
     newest = None
     if output_dir.is_dir():
         # the file being written, or the folder a library removed its partial file from
@@ -181,7 +185,10 @@ def wrapped_io_error(exc: Exception, output_dir: Path) -> OSError | None:
                 return -1
 
         newest = max(output_dir.rglob("*"), key=mtime, default=None)
-    reason = os.strerror(number) if code else text.strip().splitlines()[0]
+    if short and not code:
+        reason = "a write was cut short (the disk is full, or a file-size limit was reached)"
+    else:
+        reason = os.strerror(number) if code else text.strip().splitlines()[0]
     return OSError(number, f"{reason} (a write failed here)", str(newest or output_dir))
 
 

@@ -63,6 +63,9 @@ def run(
     from nlptasks.engine.machine import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
+    from nlptasks.engine.preflight import check_preflight
+
+    check_preflight(loaded)  # what validate checks beyond the recipe: libraries, config.json, memory
     model = loaded.recipe.model
     if model.name_or_path:  # safety switches, before the tokenizer or model load anything
         from nlptasks.engine.modeling import check_weight_files, warn_remote_code
@@ -166,6 +169,14 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     metrics, trainer = train_with_oom_fallback(  # 9
         ctx, build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data), kwargs, world_size()
     )
+    if getattr(getattr(trainer, "state", None), "global_step", 1) == 0:
+        raise NlptasksError(
+            f"train: no optimizer step was taken ({len(data['train'])} training examples, batch "
+            f"{trainer.args.per_device_train_batch_size} x {trainer.args.gradient_accumulation_steps}, "
+            f"{trainer.args.num_train_epochs:g} epochs, max_steps {trainer.args.max_steps}): the model is as it was "
+            f"built, so the run {ctx.output_dir} is left incomplete",
+            hint="Train for at least one step: check train.epochs, train.max_steps and the batch size against the data.",
+        )
     for split, figures in ctx.recorded.items():  # what the task measured outside evaluation
         if split == "train" or split in metrics:
             metrics.setdefault(split, {}).update(figures)

@@ -19,11 +19,13 @@ from pydantic import BaseModel, ValidationError
 from nlptasks.errors import Problem, RecipeError, did_you_mean
 from nlptasks.recipe.rules import (
     combination_problems,
+    extra_problems,
     metric_problems,
     nulls_in_lists,
     optimize_problems,
     peft_problems,
     switch_peft_method,
+    value_problems,
 )
 from nlptasks.recipe.schema import PATH_KEYS, Recipe
 from nlptasks.recipe.toml import apply_override, parse_override, read_toml
@@ -162,12 +164,17 @@ def load_recipe(
     if isinstance(peft_section, dict) and peft_section.get("method") == "none":
         del raw["peft"]  # [peft] switched off: train the whole model, ignore the table's other keys
 
-    problems: list[Problem] = []
+    # Values pydantic would coerce or word poorly (true for a number, nan) are said first; pydantic's
+    # message for the same key is dropped.
+    problems: list[Problem] = value_problems({k: v for k, v in raw.items() if k != "options"}, Recipe)
     recipe: Recipe | None = None
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:
-        problems += [p for p in problems_from(exc) if p.where != "options" and not p.where.startswith("options.")]
+        reported = {p.where for p in problems}
+        problems += [p for p in problems_from(exc) if p.where != "options" and not p.where.startswith("options.")
+                     and p.where not in reported]
+    problems += extra_problems(raw)
 
     # The task and its options, even when other sections have problems.
     task_name = raw.get("task")
@@ -191,10 +198,14 @@ def load_recipe(
         if not isinstance(raw_options, dict):
             problems.append(Problem("options", "must be a table ([options])"))
         else:
+            values = value_problems(raw_options, spec.options, "options")
+            problems += values
             try:
                 options = spec.options.model_validate(raw_options)
             except ValidationError as exc:
-                problems += problems_from(exc, prefix="options", root=spec.options)
+                reported = {p.where for p in values}
+                problems += [p for p in problems_from(exc, prefix="options", root=spec.options)
+                             if p.where not in reported]
 
     problems += peft_problems(raw, spec, options)
     problems += optimize_problems(raw)
@@ -246,8 +257,17 @@ def _missing_files(recipe: Recipe) -> list[Problem]:
     problems = []
     for key in PATH_KEYS:
         value = getattr(recipe.data, key.split(".")[1])
-        if value is not None and not Path(value).exists():
+        if value is None:
+            continue
+        path = Path(value)
+        if not path.exists():
             problems.append(Problem(key, f"file not found: {value}"))
+        elif path.is_dir():
+            if not any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
+                problems.append(Problem(key, f"{value} is a folder, and not one Dataset.save_to_disk wrote; "
+                                             "give a data file (.csv, .tsv, .json, .jsonl)"))
+        elif not path.is_file():
+            problems.append(Problem(key, f"{value} is not a regular file (a device, a pipe or a socket)"))
     name = recipe.model.name_or_path
     if name and Path(name).is_absolute() and not Path(name).exists():
         problems.append(Problem("model.name_or_path", f"folder not found: {name}"))

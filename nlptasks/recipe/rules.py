@@ -6,6 +6,9 @@ that :func:`nlptasks.recipe.load_recipe` reports every problem at once.
 
 from __future__ import annotations
 
+import math
+import types
+import typing
 from typing import Any
 
 from pydantic import BaseModel
@@ -16,14 +19,18 @@ from nlptasks.recipe.schema import PEFT_METHOD_KEYS, PeftConfig, Recipe
 from nlptasks.types import TaskSpec
 
 __all__ = [
+    "EXTRA_SHADOWS",
     "FREEZE_KEYS",
     "QUANT_4BIT_KEYS",
+    "SCRATCH_EXTRA_SHADOWS",
     "combination_problems",
+    "extra_problems",
     "metric_problems",
     "nulls_in_lists",
     "optimize_problems",
     "peft_problems",
     "switch_peft_method",
+    "value_problems",
 ]
 
 QUANT_4BIT_KEYS = ("quant_type", "double_quant", "compute_dtype")
@@ -174,4 +181,110 @@ def combination_problems(recipe: Recipe) -> list[Problem]:
     extra = recipe.train.extra
     if extra.get("fp16") is True and extra.get("bf16") is True:
         problems.append(Problem("train.extra", "sets both fp16 and bf16; choose one with train.precision instead"))
+    return problems
+
+
+EXTRA_SHADOWS: dict[str, str] = {
+    "num_train_epochs": "train.epochs",
+    "max_steps": "train.max_steps",
+    "per_device_train_batch_size": "train.batch_size",
+    "per_device_eval_batch_size": "train.eval_batch_size",
+    "learning_rate": "train.learning_rate",
+    "weight_decay": "train.weight_decay",
+    "warmup_steps": "train.warmup",
+    "warmup_ratio": "train.warmup",
+    "lr_scheduler_type": "train.scheduler",
+    "gradient_accumulation_steps": "train.gradient_accumulation_steps",
+    "eval_strategy": "train.eval_strategy",
+    "evaluation_strategy": "train.eval_strategy",
+    "eval_steps": "train.eval_steps",
+    "logging_steps": "train.logging_steps",
+    "load_best_model_at_end": "train.keep_best",
+    "metric_for_best_model": "train.best_metric",
+    "bf16": "train.precision",
+    "fp16": "train.precision",
+    "report_to": "train.report_to",
+    "train_sampling_strategy": "train.group_by_length",
+    "group_by_length": "train.group_by_length",
+    "seed": "seed",
+    "output_dir": "output.dir",
+    "save_steps": "output.checkpoint_steps",
+    "save_total_limit": "output.checkpoint_limit",
+    "save_strategy": "train.keep_best (saves at each evaluation) and output.checkpoint_steps",
+    "save_only_model": "output.checkpoint_steps (resumable checkpoints when set)",
+    "greater_is_better": "train.best_metric (the task says which way each metric is better)",
+    "logging_nan_inf_filter": "nlptasks (off: a NaN loss must show)",
+    "disable_tqdm": "--no-progress",
+}
+"""``TrainingArguments`` keys that a key of the recipe sets: in ``train.extra`` they would override
+it without a word (``num_train_epochs = -1`` trained nothing; ``learning_rate`` escaped its bounds)."""
+
+
+SCRATCH_EXTRA_SHADOWS: dict[str, str] = {
+    "hidden_size": "model.scratch.hidden",
+    "num_hidden_layers": "model.scratch.layers",
+    "num_attention_heads": "model.scratch.heads",
+    "intermediate_size": "model.scratch.intermediate",
+    "vocab_size": "the vocabulary built from the data (its size is capped by model.scratch.vocab_size)",
+    "pad_token_id": "the tokenizer built from the data",
+}
+"""``model.scratch.extra`` keys (config values) that the ``[model.scratch]`` keys or the built
+vocabulary set."""
+
+
+def extra_problems(raw: dict[str, Any]) -> list[Problem]:
+    """``train.extra`` and ``model.scratch.extra`` keys that the recipe's own keys set: one place
+    for each setting (a shadowed key would be overwritten, or would overwrite without a word)."""
+    train = raw.get("train")
+    model = raw.get("model")
+    scratch = model.get("scratch") if isinstance(model, dict) else None
+    tables = [
+        ("train.extra", train.get("extra") if isinstance(train, dict) else None, EXTRA_SHADOWS,
+         "train.extra is for the TrainingArguments the recipe has no key for"),
+        ("model.scratch.extra", scratch.get("extra") if isinstance(scratch, dict) else None, SCRATCH_EXTRA_SHADOWS,
+         "model.scratch.extra is for the config values the recipe has no key for"),
+    ]
+    return [
+        Problem(f"{where}.{key}", f"is set by {shadows[key]}: set it there ({purpose})")
+        for where, extra, shadows, purpose in tables if isinstance(extra, dict)
+        for key in extra if key in shadows
+    ]
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """Whether a field takes numbers and not booleans (``int``, ``float``, ``int | None``...)."""
+    args = typing.get_args(annotation) if isinstance(annotation, types.UnionType) or \
+        typing.get_origin(annotation) is typing.Union else (annotation,)
+    kinds = {a for a in args if a is not type(None)}
+    return bool(kinds) and kinds <= {int, float}
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    for arg in (annotation, *typing.get_args(annotation)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def value_problems(node: Any, model: type[BaseModel] | None, path: str = "") -> list[Problem]:
+    """Values pydantic would coerce without a word: ``true``/``false`` where a number belongs
+    (``batch_size = true`` read as 1), and ``nan``/``inf`` anywhere (TOML writes them; no setting
+    takes them).  Walks the raw recipe beside its model (``None``: free-form tables)."""
+    problems: list[Problem] = []
+    if isinstance(node, float) and not math.isfinite(node):
+        return [Problem(path, f"must be a finite number (got {node})")]
+    if isinstance(node, list):
+        for value in node:
+            problems += value_problems(value, None, path)
+        return problems
+    if not isinstance(node, dict):
+        return problems
+    fields = model.model_fields if model is not None else {}
+    for key, value in node.items():
+        where = f"{path}.{key}" if path else str(key)
+        field = fields.get(key)
+        if field is not None and isinstance(value, bool) and _numbers_only(field.annotation):
+            problems.append(Problem(where, f"expected a number, got {str(value).lower()}"))
+            continue
+        problems += value_problems(value, _model_in(field.annotation) if field is not None else None, where)
     return problems

@@ -37,7 +37,7 @@ def _no_nul(value: Any) -> Any:
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True, allow_inf_nan=False)
 
 
 class SplitConfig(Section):
@@ -57,7 +57,7 @@ class SplitConfig(Section):
         description="Fraction of train held out for test. Default: 0.1 when neither "
         "data.validation nor data.test is given, otherwise none.",
     )
-    seed: int = Field(42, description="Seed of the random split.")
+    seed: int = Field(42, ge=0, lt=2**32, description="Seed of the random split.")
     stratify: bool = Field(
         True, description="Keep class proportions in every split (for tasks that declare a label column)."
     )
@@ -329,6 +329,12 @@ class TrainConfig(Section):
     def _steps_need_eval_steps(self) -> TrainConfig:
         if self.eval_strategy == "steps" and self.eval_steps is None:
             raise ValueError("train.eval_strategy = 'steps' needs train.eval_steps")
+        if self.eval_steps is not None and self.eval_strategy != "steps":
+            raise ValueError(f"train.eval_steps applies only with eval_strategy = 'steps' (it is {self.eval_strategy!r}): "
+                             "set train.eval_strategy = 'steps', or remove eval_steps")
+        if self.keep_best and self.eval_strategy == "no" and "keep_best" in self.model_fields_set:
+            raise ValueError("train.keep_best = true needs evaluations, but eval_strategy = 'no': the last weights "
+                             "would be kept; set train.eval_strategy, or keep_best = false")
         return self
 
 
@@ -443,7 +449,7 @@ class Recipe(Section):
 
     task: str = Field(description="The task to run, e.g. 'cls' (see `nlptasks plugins`).")
     description: str = Field("", description="Free text: what this recipe is for.")
-    seed: int = Field(42, description="Seed for Python, NumPy, torch and the Trainer.")
+    seed: int = Field(42, ge=0, lt=2**32, description="Seed for Python, NumPy, torch and the Trainer (0 to 2^32 - 1).")
     data: DataConfig = Field(description="Where the data comes from (see [data]).")
     model: ModelConfig = Field(description="The model: pretrained or from scratch (see [model]).")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Training settings (see [train]).")
