@@ -185,13 +185,17 @@ def test_validate_and_plugins_and_schema(cli):
 
 
 def bad_run(tmp_path, *sets: str, recipe=QUICKSTART):
+    """A run that must stop with exit 2 and a clean error (in-process: a fresh process adds
+    nothing here; test_debug_shows_the_traceback and the README tests start real ones)."""
+    from nlptasks.testing import run_cli
+
     argv = ["run", str(recipe), "--no-progress", "--set", f"output.dir={tmp_path / 'runs'}"]
     for s in [*TINY, *sets]:
         argv += ["--set", s]
-    proc = nlptasks(*argv, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    return proc.stderr
+    code, _, err = run_cli(*argv)
+    assert code == 2, err
+    assert "Traceback" not in err
+    return err
 
 
 def test_misspelt_and_mistyped_keys(tmp_path):

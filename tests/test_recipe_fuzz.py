@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -87,3 +88,70 @@ def test_generated_recipes_validate_or_fail_with_a_recipe_error(raw, check_files
         return
     assert loaded.recipe.task in HOST.tasks
     dump_toml(loaded.resolved())  # a valid recipe can always be saved with its run
+
+
+# --- validate and run agree ---------------------------------------------------------------------
+#
+# A tiny valid recipe with one or two keys set to generated values, the keys being those that
+# reach training (TrainingArguments through train.extra, the scratch config through
+# model.scratch.extra, sizes and strategies).  Whatever validate accepts must train; whatever it
+# refuses, run must refuse with the same problems, before reading data.
+
+AGREE_PATHS = [
+    "train.extra.max_grad_norm", "train.extra.label_smoothing_factor", "train.extra.adam_beta1",
+    "train.extra.adam_epsilon", "train.extra.optim", "train.extra.lr_scheduler_kwargs", "train.extra.eval_delay",
+    "train.extra.dataloader_num_workers", "train.extra.neftune_noise_alpha", "train.extra.torch_compile",
+    "train.extra.hub_strategy", "train.extra.include_num_input_tokens_seen",
+    "model.scratch.extra.hidden_act", "model.scratch.extra.hidden_dropout_prob", "model.scratch.extra.layer_norm_eps",
+    "model.scratch.extra.type_vocab_size", "model.scratch.extra.max_position_embeddings",
+    "model.scratch.extra.initializer_range", "model.scratch.extra.classifier_dropout",
+    "train.batch_size", "train.gradient_accumulation_steps", "train.eval_strategy", "train.eval_steps",
+    "train.logging_steps", "train.warmup", "train.keep_best", "train.scheduler", "model.max_length",
+    "model.scratch.heads", "model.scratch.hidden", "model.scratch.intermediate", "model.scratch.architecture",
+    "seed", "data.split.seed",
+]
+agree_values = st.one_of(
+    st.booleans(), st.integers(-3, 80), st.floats(-1.5, 2.5), st.just(float("nan")), st.just(float("inf")),
+    st.sampled_from(["gelu", "relu", "swishy", "adamw_torch", "sgd", "adafactor", "adamw_bnb_8bit", "steps", "epoch",
+                     "no", "cosine", "linear", "every_save", "roberta", "bert", "distilbert", "qwen2", ""]),
+    st.lists(st.integers(0, 3), max_size=2), st.dictionaries(st.sampled_from(["a", "num_cycles"]), st.integers(0, 2),
+                                                             max_size=1),
+)
+TINY_RECIPE = {
+    "task": "cls", "data": {"train": str(GOOD)},
+    "model": {"max_length": 32, "scratch": {"layers": 1, "hidden": 32, "heads": 2, "intermediate": 64}},
+    "train": {"max_steps": 2, "batch_size": 8},
+}
+
+
+def _problem_lines(err: str) -> list[str]:
+    return sorted(line.strip() for line in err.splitlines() if line.startswith("  "))
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(changes=st.lists(st.tuples(st.sampled_from(AGREE_PATHS), agree_values), min_size=1, max_size=2))
+def test_validate_and_run_agree(changes, tmp_path_factory):
+    import copy
+
+    from nlptasks.testing import run_cli
+
+    raw = copy.deepcopy(TINY_RECIPE)
+    for path, value in changes:
+        node = raw
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    folder = tmp_path_factory.mktemp("agree")
+    recipe = folder / "recipe.toml"
+    recipe.write_text(dump_toml(raw), encoding="utf-8")
+    code, _, v_err = run_cli("validate", recipe)
+    r_code, _, r_err = run_cli("run", recipe, "--no-progress", "--set", f"output.dir={folder / 'runs'}")
+    assert "Traceback" not in v_err + r_err, (changes, v_err, r_err)
+    if code == 0:
+        assert r_code == 0, (changes, "validate passed, run failed", r_err)
+    else:
+        assert r_code != 0, (changes, "validate refused, run trained", v_err)
+        assert _problem_lines(v_err) == _problem_lines(r_err), (changes, v_err, r_err)
+        assert not (folder / "runs").exists() or not any((folder / "runs").rglob("model.safetensors")), changes

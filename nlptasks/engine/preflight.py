@@ -43,7 +43,7 @@ def preflight_problems(loaded: LoadedRecipe) -> list[Problem]:
         problems += _architecture_problems(recipe)
         problems += _size_problems(recipe)
         if not problems:
-            problems += _scratch_build_problems(recipe)
+            problems += _scratch_build_problems(recipe, loaded.task.peft_task_type_for(loaded.options))
     problems += _position_problems(recipe)
     if recipe.train.extra:
         problems += _training_argument_problems(loaded)
@@ -72,12 +72,23 @@ def _architecture_problems(recipe: Recipe) -> list[Problem]:
                     "config 'model_type' names, e.g. 'bert', 'roberta', 'qwen2')")]
 
 
-def _scratch_build_problems(recipe: Recipe) -> list[Problem]:
-    """The scratch model's config and base model built as a run builds them (the vocabulary's
-    size a stand-in): the config checks every value's type; with an ``extra`` table, the base
-    model is built too, on the meta device (no memory), so that its own code checks the values
-    only it reads (``hidden_act = "foo"``)."""
-    from transformers import AutoConfig, AutoModel
+# The auto class of the model a task's step 5 builds, by the peft task type the task declares
+# (the head's own values, e.g. ``classifier_dropout``, are read only by the head's code).
+_HEAD_CLASSES = {
+    "SEQ_CLS": "AutoModelForSequenceClassification", "TOKEN_CLS": "AutoModelForTokenClassification",
+    "QUESTION_ANS": "AutoModelForQuestionAnswering", "CAUSAL_LM": "AutoModelForCausalLM",
+    "FEATURE_EXTRACTION": "AutoModel",
+}
+
+
+def _scratch_build_problems(recipe: Recipe, task_type: str | None) -> list[Problem]:
+    """The scratch model's config and model built as a run builds them (the vocabulary's size a
+    stand-in): the config checks every value's type; with an ``extra`` table, the model is built
+    too, on the meta device (no memory), so that its own code checks the values only it reads
+    (``hidden_act = "foo"``, ``classifier_dropout = -1``): with the head of the task's declared
+    peft task type, else the base model."""
+    import transformers
+    from transformers import AutoConfig
 
     s = recipe.model.scratch
     assert s is not None
@@ -94,12 +105,13 @@ def _scratch_build_problems(recipe: Recipe) -> list[Problem]:
         return []  # the recipe's own keys, checked by the config: the model's code needs no check
     import torch
 
+    auto = getattr(transformers, _HEAD_CLASSES.get(task_type or "", "AutoModel"))
     try:
         with torch.device("meta"):
-            AutoModel.from_config(config)
+            auto.from_config(config)
     except ValueError as exc:
         if "Unrecognized configuration class" in str(exc):
-            return []  # no base model class (a head-only architecture): the run's own class decides
+            return []  # no such class for this architecture: the run's own class decides
         return [_build_problem(exc, s, "model")]
     except Exception as exc:  # noqa: BLE001 - the model's own code, whatever it raises
         return [_build_problem(exc, s, "model")]
@@ -120,6 +132,9 @@ def _build_problem(exc: Exception, scratch: Any, what: str) -> Problem:
         reason = f"{missing!r} is not a value {scratch.architecture!r} knows"
     elif detail:
         reason = f"expected {detail.group(1)}, got {detail.group(2)}"
+    if key is None:  # the one extra key whose value the message quotes ("... but got -1")
+        quoted = [k for k, v in scratch.extra.items() if re.search(rf"(?<![\w.-]){re.escape(str(v))}(?![\w.])", text)]
+        key = quoted[0] if len(quoted) == 1 else None
     where = f"model.scratch.extra.{key}" if key in scratch.extra else "model.scratch.extra" if scratch.extra \
         else "model.scratch"
     return Problem(where, f"transformers cannot build a {scratch.architecture!r} {what} from it: {reason}")
@@ -203,12 +218,14 @@ def _training_argument_problems(loaded: LoadedRecipe) -> list[Problem]:
     return problems
 
 
-_OPTIMIZER_KEYS = {"optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon", "optim_target_modules"}
+_OPTIMIZER_KEYS = {"optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon", "optim_target_modules",
+                   "lr_scheduler_kwargs"}
 
 
 def _type_problems(extra: dict[str, Any]) -> list[Problem]:
-    """``train.extra`` values of another type than the ``TrainingArguments`` field declares, for
-    the plain types (a number, a flag, a text): the dataclass would take them and fail later."""
+    """``train.extra`` values of another type than the ``TrainingArguments`` field declares (a
+    number, a flag, a text, a table, a list, an enum's names): the dataclass would take them and
+    fail later, deep in training."""
     import typing
 
     from transformers import TrainingArguments
@@ -219,33 +236,52 @@ def _type_problems(extra: dict[str, Any]) -> list[Problem]:
         hint = hints.get(key)
         if hint is None or value is None:
             continue
-        kinds = {a for a in (typing.get_args(hint) or (hint,)) if a is not type(None)}
+        kinds = {typing.get_origin(a) or a for a in (typing.get_args(hint) or (hint,)) if a is not type(None)}
         names = [m.value for k in kinds if isinstance(k, type) and issubclass(k, enum.Enum) for m in k]
         if names and isinstance(value, str) and value not in names:  # optim, lr_scheduler_type, save_strategy...
             shown = ", ".join(names) if len(names) <= 12 else f"{len(names)} names, e.g. {', '.join(names[:6])}"
             problems.append(Problem(f"train.extra.{key}", f"unknown value {value!r}{did_you_mean(value, names)}; "
                                     f"TrainingArguments.{key} takes: {shown}"))
             continue
-        ok = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), str: lambda v: isinstance(v, str)}
-        if kinds and kinds <= set(ok) and not any(ok[k](value) for k in kinds):
-            names = " or ".join(sorted({bool: "true/false", int: "an integer", float: "a number", str: "a text"}[k]
-                                       for k in kinds))
-            problems.append(Problem(f"train.extra.{key}", f"expected {names} (TrainingArguments.{key}), got {value!r}"))
+        kinds = {str if isinstance(k, type) and issubclass(k, enum.Enum) else k for k in kinds}
+        kinds = {type(k.__args__[0]) if typing.get_origin(k) is typing.Literal else k for k in kinds}
+        if kinds and kinds <= set(_ACCEPTS) and not any(_ACCEPTS[k](value) for k in kinds):
+            wanted = " or ".join(sorted({_WORDS[k] for k in kinds}))
+            problems.append(Problem(f"train.extra.{key}", f"expected {wanted} (TrainingArguments.{key}), got {value!r}"))
     return problems
 
 
+_ACCEPTS: dict[Any, Any] = {
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    str: lambda v: isinstance(v, str),
+    dict: lambda v: isinstance(v, dict),
+    list: lambda v: isinstance(v, list),
+}
+_WORDS = {bool: "true/false", int: "an integer", float: "a number", str: "a text", dict: "a table", list: "a list"}
+
+
 def _optimizer_problems(args: Any, extra: dict[str, Any]) -> list[Problem]:
-    """The optimizer ``train.extra`` asks for, built on one dummy parameter: its package is there
-    and its settings are in range (betas, epsilon...)."""
+    """The optimizer and scheduler ``train.extra`` asks for, built on one dummy parameter: the
+    optimizer's package is there, its settings are in range (betas, epsilon...), the scheduler
+    takes ``lr_scheduler_kwargs``."""
     import torch
-    from transformers import Trainer
+    from transformers import Trainer, get_scheduler
 
     name = getattr(args.optim, "value", args.optim)
-    key = "train.extra." + ("optim" if "optim" in extra else sorted(set(extra) & _OPTIMIZER_KEYS)[0])
+    keys = sorted(set(extra) & (_OPTIMIZER_KEYS - {"lr_scheduler_kwargs"}))
+    key = "train.extra." + ("optim" if "optim" in extra else keys[0] if keys else "optim")
     try:
         cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
-        cls([torch.nn.Parameter(torch.zeros(2))], **kwargs)
+        optimizer = cls([torch.nn.Parameter(torch.zeros(2))], **kwargs)
     except (ImportError, ValueError, TypeError, RuntimeError) as exc:
         return [Problem(key, f"optimizer {name!r}: {first_line(exc)}")]
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
+    where = "train.extra.lr_scheduler_kwargs" if "lr_scheduler_kwargs" in extra else "train.scheduler"
+    try:
+        get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=1, num_training_steps=10,
+                      scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
+    except (ImportError, ValueError, TypeError, RuntimeError) as exc:
+        return [Problem(where, f"scheduler {scheduler!r}: {first_line(exc)}")]
     return []
