@@ -63,6 +63,21 @@ class RunContext:
     leaves out a row whose value is of another kind than its column's (a list among strings),
     counted with :meth:`drop` as ``"malformed"``, where it would stop with an error naming it."""
 
+    trained_run: Path | None = None
+    """Set when the steps run to evaluate a trained run rather than train one (``nlptasks
+    eval``): that run's folder.  Then the data holds only the labelled data to evaluate, as the
+    ``test`` split (no ``train``); ``tokenizer`` and ``labels`` are already the run's when step 4
+    starts, and step 4 keeps them: rows whose labels the run never saw are dropped with
+    :meth:`drop` (reason ``"label unknown to the run"``) where a run would stop, and
+    :func:`nlptasks.plugin.load_model` in step 5 loads the run's trained weights (its adapter
+    included) instead of the recipe's model."""
+    trained_manifest: dict[str, Any] | None = None
+    """With :attr:`trained_run`: its parsed ``nlptasks.json`` (the adapter chosen)."""
+    evaluations: dict[str, Any] = field(default_factory=dict)
+    """Split → its latest :class:`~nlptasks.types.Evaluation` (predictions and label ids, in the
+    split's order, with its side data), kept by the engine each time step 6 scores a split:
+    what ``nlptasks_errors`` reads to list the wrong predictions."""
+
     def drop(self, split: str, reason: str, count: int) -> None:
         """Record that ``count`` rows of ``split`` were dropped for ``reason`` (logged, saved)."""
         if count <= 0:

@@ -21,6 +21,11 @@ the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
 ``nlptasks check RECIPE`` (the data doctor) runs steps 1 to 3, then
        nlptasks_check(ctx, data)           -> [Finding]  all run
 
+``nlptasks eval RUN --data FILE`` runs steps 1, 2 (the file as ``test``), 4 to 8 with the run's
+recipe, tokenizer, labels and weights (``ctx.trained_run``: :class:`nlptasks.RunContext`), then
+       nlptasks_evaluate(ctx, trainer, data, split) -> metrics, first result wins
+       nlptasks_errors(ctx, split, evaluation) -> [wrong predictions], first result wins
+
 Calling conventions
 -------------------
 *first result wins*: implementations are called newest-registered first (``tryfirst`` /
@@ -50,14 +55,11 @@ try it, the model card's usage example and labels row).
 
 PEFT
 ----
-With a ``[peft]`` table in the recipe, the engine wraps the model that step 5 returns in a peft
-adapter right after step 5 (``nlptasks.engine.peft.apply_peft``) and logs the trainable and
-total parameter counts; steps 6 to 9 get the ``PeftModel``, and the run saves only the adapter
-(plus, for a model built from scratch, the frozen base under ``base/``).  A task plugin takes part
-by declaring ``TaskSpec.peft_task_type``; in step 10 it loads the run with
-``nlptasks.plugin.load_run(run_dir, manifest, auto_class)``, which gives the tokenizer and the
-plain model or the base with the chosen adapter (``nlptasks infer --adapter NAME`` /
-``--base-only``).
+With a ``[peft]`` table in the recipe, the engine wraps step 5's model in a peft adapter and logs
+the trainable and total parameter counts; steps 6 to 9 get the ``PeftModel``, and the run saves
+only the adapter (and a from-scratch model's frozen base under ``base/``).  A task takes part by
+declaring ``TaskSpec.peft_task_type``; in step 10 ``nlptasks.plugin.load_run(run_dir, manifest,
+auto_class)`` gives the tokenizer and the plain model or the base with the chosen adapter.
 
 Plugins import what they need from :mod:`nlptasks.plugin` (the public API; docs/plugin-api.md).
 Heavy libraries (torch, transformers, datasets) are imported inside hook bodies, never at module
@@ -86,6 +88,8 @@ __all__ = [
     "nlptasks_build_model",
     "nlptasks_check",
     "nlptasks_data_collator",
+    "nlptasks_errors",
+    "nlptasks_evaluate",
     "nlptasks_load_data",
     "nlptasks_load_predictor",
     "nlptasks_metrics",
@@ -401,6 +405,41 @@ def nlptasks_train(ctx: RunContext, trainer: Trainer, data: DatasetDict) -> dict
     what it scores.  Figures from ``ctx.record`` are merged into the returned metrics.  A step 9
     that returns without one optimizer step (``trainer.state.global_step == 0``) fails the run:
     the model would be saved as it was built.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluating a trained run (nlptasks eval)
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nlptasks_evaluate(ctx: RunContext, trainer: Trainer, data: DatasetDict, split: str) -> dict[str, Any] | None:
+    """Score the trained model on one split of labelled data (``nlptasks eval``).
+
+    **When:** after steps 1 to 8 in evaluation mode (``ctx.trained_run`` set; nothing trains).
+
+    :param ctx: the run context (the run's recipe; ``ctx.trained_manifest``: its ``nlptasks.json``).
+    :param trainer: the Trainer of step 8, holding the run's trained model.
+    :param data: the tokenized splits of step 4.
+    :param split: the split to score (``test``).
+    :returns: its metrics without key prefixes, as step 9 reports a split (*first result wins*).
+        Default: ``nlptasks.plugin.evaluate_split``; a step 9 that adds figures adds them here.
+    """
+
+
+@hookspec(firstresult=True)
+def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[str, Any]] | None:
+    """List the wrong predictions for ``nlptasks eval``'s ``errors.jsonl``.
+
+    **When:** right after ``nlptasks_evaluate`` for the split.
+
+    :param ctx: the run context; ``ctx.side[split]`` holds what step 4 kept (file rows, texts).
+    :param split: the evaluated split.
+    :param evaluation: its last :class:`nlptasks.Evaluation` (``ctx.evaluations[split]``), or ``None``.
+    :returns: (*first result wins*) one JSON-serialisable dict per wrong prediction in file
+        order: ``row`` (file row), ``gold``, ``predicted`` and the inputs a reader needs; with no
+        *wrong* (generated text, scores) every example, worst first.  ``None``: not supported.
     """
 
 

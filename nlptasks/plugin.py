@@ -18,16 +18,17 @@ from __future__ import annotations
 
 from nlptasks.context import RunContext
 from nlptasks.engine.data import ROW_COLUMN, load_file, numbered_jsonl
+from nlptasks.engine.evaluation import classification_errors
 from nlptasks.engine.doctor import balance, blank_texts, duplicates, is_blank, label_sets, split_overlap, truncation
 from nlptasks.engine.files import text_lines
 from nlptasks.engine.inference import predict_logits, predict_per_token, sigmoid, softmax
 from nlptasks.engine.inputs import input_fields, input_texts
 from nlptasks.engine.modeling import label_config, load_model
 from nlptasks.engine.report import classification_sections, per_class_table, write_confusion_matrix
-from nlptasks.engine.rows import filter_rows, require_columns, row_numbers, with_row_numbers
+from nlptasks.engine.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
 from nlptasks.engine.tokenization import get_tokenizer
 from nlptasks.engine.trained import load_run, load_trained_model
-from nlptasks.engine.training import build_trainer, make_training_arguments, train_and_evaluate
+from nlptasks.engine.training import build_trainer, evaluate_split, make_training_arguments, train_and_evaluate
 from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
 from nlptasks.hookspecs import hookimpl
 from nlptasks.labels import label_text, sort_labels
@@ -40,11 +41,11 @@ API_GROUPS: dict[str, list[str]] = {
     "Errors": ["NlptasksError", "DataError", "RecipeError", "PluginError", "Problem"],
     "Step 2 and 4: rows and columns": [
         "ROW_COLUMN", "row_numbers", "with_row_numbers", "require_columns", "filter_rows", "load_file",
-        "numbered_jsonl", "text_lines", "label_text", "sort_labels",
+        "numbered_jsonl", "text_lines", "label_text", "sort_labels", "UNKNOWN_LABEL",
     ],
     "Steps 4 and 5: tokenizer and model": ["get_tokenizer", "load_model", "label_config"],
     "Step 6: metrics": ["classification_report", "correlations"],
-    "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate"],
+    "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate", "evaluate_split"],
     "Step 10: predictors": [
         "Predictor", "load_run", "load_trained_model", "input_fields", "input_texts", "predict_logits",
         "predict_per_token", "softmax", "sigmoid",
@@ -53,6 +54,7 @@ API_GROUPS: dict[str, list[str]] = {
         "Finding", "blank_texts", "duplicates", "split_overlap", "label_sets", "balance", "truncation", "is_blank",
     ],
     "The run report (model card)": ["classification_sections", "per_class_table", "write_confusion_matrix"],
+    "Evaluating a trained run (nlptasks eval)": ["classification_errors"],
 }
 """The names of this module by what they are for (the order of docs/plugin-api.md)."""
 
@@ -60,6 +62,7 @@ __all__ = [
     "API_GROUPS",
     "LABEL_KINDS",
     "ROW_COLUMN",
+    "UNKNOWN_LABEL",
     "DataError",
     "Evaluation",
     "Finding",
@@ -75,10 +78,12 @@ __all__ = [
     "balance",
     "blank_texts",
     "build_trainer",
+    "classification_errors",
     "classification_report",
     "classification_sections",
     "correlations",
     "duplicates",
+    "evaluate_split",
     "filter_rows",
     "get_tokenizer",
     "hookimpl",

@@ -36,7 +36,7 @@ PIPELINE_ORDER = [
     "nlptasks_load_predictor",
 ]
 
-TOOL_HOOKS = ["nlptasks_check"]  # called by other commands than `run` (tested in test_check.py)
+TOOL_HOOKS = ["nlptasks_check", "nlptasks_evaluate", "nlptasks_errors"]  # other commands than `run` (test_check.py, test_eval.py)
 REPORT_HOOKS = ["nlptasks_report"]  # all run, after step 9 (tested in test_report.py)
 
 

@@ -127,6 +127,18 @@ def test_installed_multilabel_trains_and_infers(site, tmp_path):
         assert all(r["scores"][label] >= 0.5 for label in r["labels"])
         assert all(0.0 <= p <= 1.0 for p in r["scores"].values())
 
+    # nlptasks eval: a third-party task scored on its test file gives back the run's test metrics,
+    # and its own errors hook lists the wrong rows.
+    out_dir = tmp_path / "eval"
+    _nlptasks("eval", str(run_dir), "--data", str(PACKAGE / "data" / "test.jsonl"), "--output", str(out_dir),
+              cwd=tmp_path, site=site)
+    scored = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+    for key in ("f1_macro", "exact_match", "loss"):
+        assert scored["test"][key] == pytest.approx(metrics["test"][key], rel=1e-5), key
+    errors = [json.loads(line) for line in (out_dir / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(errors) == round((1 - metrics["test"]["exact_match"]) * scored["examples"])
+    assert all(e["gold"] != e["predicted"] and e["row"] >= 1 for e in errors)
+
 
 # ---------------------------------------------------------------------------------------------
 # In-process: the plugin module registered on a host of its own (no installation needed)

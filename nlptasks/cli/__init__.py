@@ -20,6 +20,7 @@ from nlptasks.cli import (
     bench,
     check,
     compare,
+    evaluate,
     export,
     infer,
     inspect_batch,
@@ -46,6 +47,7 @@ examples:
   nlptasks run recipes/cls.toml --set peft.method=lora  train a LoRA adapter instead
   nlptasks export runs/cls/RUN --merge merged/       merge a lora/ia3 adapter into a full model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
+  nlptasks eval runs/cls/RUN --data new.csv         score a run on new labelled data; list its errors
   nlptasks compare runs/cls/A runs/cls/B             metrics, time, memory and recipe differences
   nlptasks check recipes/ner.toml                    find problems in a recipe's data before training
   nlptasks plan recipes/cls.toml --gpu-mem 24GiB     estimate memory per ladder rung; pick one that fits
@@ -54,7 +56,8 @@ examples:
 """
 
 
-COMMANDS = (run, validate, check, infer, compare, inspect_batch, add_adapter, export, plan, bench, plugins, schema)
+COMMANDS = (run, validate, check, infer, evaluate, compare, inspect_batch, add_adapter, export, plan, bench, plugins,
+            schema)
 """The command modules, in the order ``nlptasks --help`` lists them."""
 
 

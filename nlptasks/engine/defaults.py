@@ -107,6 +107,13 @@ def nlptasks_train(ctx: Any, trainer: Any, data: Any) -> dict[str, Any]:
 
 
 @hookimpl(trylast=True)
+def nlptasks_evaluate(ctx: Any, trainer: Any, data: Any, split: str) -> dict[str, Any]:
+    from nlptasks.engine.training import evaluate_split
+
+    return evaluate_split(trainer, data, split)
+
+
+@hookimpl(trylast=True)
 def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
     task = manifest.get("task", "?")
     raise PluginError(

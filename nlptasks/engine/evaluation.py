@@ -24,7 +24,7 @@ from nlptasks.context import RunContext
 from nlptasks.errors import PluginError
 from nlptasks.types import Evaluation
 
-__all__ = ["for_splits", "name_splits", "random_state", "set_random_state", "split_of"]
+__all__ = ["classification_errors", "for_splits", "name_splits", "random_state", "set_random_state", "split_of"]
 
 _PREFIX_SPLITS = {"eval": "validation", "test": "test"}
 
@@ -67,6 +67,7 @@ def for_splits(ctx: RunContext, compute_metrics: Callable[[Any], dict[str, float
             inputs=getattr(prediction, "inputs", None),
             losses=getattr(prediction, "losses", None),
         )
+        ctx.evaluations[split] = evaluation  # what nlptasks_errors reads (nlptasks eval)
         result = compute_metrics(evaluation, *args, **kwargs)
         if not isinstance(result, dict):
             raise PluginError(
@@ -137,3 +138,31 @@ def name_splits(trainer: Any, ctx: RunContext, data: Any) -> None:
 
     trainer.evaluate = evaluate
     trainer.predict = predict
+
+
+def classification_errors(
+    evaluation: Evaluation, labels: list[str], fields: dict[str, list[Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The wrong predictions of a one-class-per-example evaluation (logits over ``labels``), in
+    split order: ``{"row", <fields>, "gold", "predicted", "score", "gold_score"}`` each, where
+    ``row`` comes from ``evaluation.side["rows"]`` (the file rows step 4 kept), ``fields`` are
+    input columns by name (one value per example: the text, or the pair's two texts), and the
+    scores are the probabilities of the predicted and of the gold label.  For a task's
+    ``nlptasks_errors``."""
+    import numpy as np
+
+    logits = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
+    logits = np.asarray(logits, dtype=np.float64)
+    shifted = np.exp(logits - logits.max(-1, keepdims=True))
+    probs = shifted / shifted.sum(-1, keepdims=True)
+    predicted = probs.argmax(-1)
+    gold = np.asarray(evaluation.label_ids).reshape(-1)
+    rows = evaluation.side.get("rows") or list(range(1, len(gold) + 1))
+    out = []
+    for i in np.flatnonzero(predicted != gold):
+        item: dict[str, Any] = {"row": int(rows[i])}
+        item.update({name: values[i] for name, values in (fields or {}).items()})
+        item.update(gold=labels[int(gold[i])], predicted=labels[int(predicted[i])],
+                    score=round(float(probs[i, predicted[i]]), 6), gold_score=round(float(probs[i, gold[i]]), 6))
+        out.append(item)
+    return out

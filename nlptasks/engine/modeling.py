@@ -40,7 +40,8 @@ def label_config(labels: list[str]) -> dict[str, Any]:
 
 
 def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
-    """Load ``model.name_or_path`` or build ``[model.scratch]`` with a task head.
+    """Load ``model.name_or_path`` or build ``[model.scratch]`` with a task head (when
+    ``ctx.trained_run`` is set, by ``nlptasks eval``: that run's trained model).
 
     :param auto_class: a transformers auto class name, e.g. ``"AutoModelForSequenceClassification"``.
     :param config: config entries for the head (``num_labels``, ``id2label``, ``label2id``...).
@@ -53,6 +54,10 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     from nlptasks.engine.machine import from_pretrained_kwargs
 
     model_cfg = ctx.recipe.model
+    if ctx.trained_run is not None:  # nlptasks eval: the run's trained weights, its adapter included
+        from nlptasks.engine.trained import load_trained_model
+
+        return load_trained_model(ctx.trained_run, ctx.trained_manifest or {}, auto_class, for_inference=False)
     if ctx.state.get(ON_META):
         model = _build_on_meta(ctx, cls, auto_class, **config)
     elif model_cfg.name_or_path:

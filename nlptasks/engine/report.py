@@ -176,11 +176,13 @@ def classification_sections(ctx: Any, trainer: Any, data: Any, metrics: dict[str
     per_class = {k: v for k, v in (metrics.get(split) or {}).items() if "/" in k}
     if per_class:
         sections.append(f"## Per class ({split})\n\n" + per_class_table(per_class))
-    compute_metrics, trainer.compute_metrics = trainer.compute_metrics, None  # predictions only: the metrics are known
-    try:
-        output = trainer.predict(data[split], metric_key_prefix=split)
-    finally:
-        trainer.compute_metrics = compute_metrics
+    output = getattr(ctx, "evaluations", {}).get(split)  # the split's last evaluation, when step 6 kept it
+    if output is None or len(output.label_ids) != len(data[split]):
+        compute_metrics, trainer.compute_metrics = trainer.compute_metrics, None  # predictions only: the metrics are known
+        try:
+            output = trainer.predict(data[split], metric_key_prefix=split)
+        finally:
+            trainer.compute_metrics = compute_metrics
     logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     name = "confusion_matrix.png"
     names = write_confusion_matrix(ctx.labels, output.label_ids, logits.argmax(-1), ctx.output_dir / name,
@@ -409,6 +411,15 @@ def compare(run_dirs: list[Path]) -> str:
     for key in rows:
         split, k = key.split(" ", 1)
         lines.append(f"| {key} | " + " | ".join(_num((m.get(split) or {}).get(k)) for m in metrics) + " |")
+    evals = [_evaluations(path) for path in run_dirs]  # nlptasks eval results, beside the run's own
+    for data_name in sorted({name for e in evals for name in e}):
+        keys: list[str] = []
+        for e in evals:
+            keys += [k for k, v in (e.get(data_name) or {}).items() if "/" not in k and k not in _RATE_KEYS
+                     and isinstance(v, (int, float)) and k not in keys]
+        for k in keys:
+            lines.append(f"| eval `{data_name}` {k} | " + " | ".join(_num((e.get(data_name) or {}).get(k)) for e in evals)
+                         + " |")
     lines.append("| wall time (s) | " + " | ".join(_one(m.get("seconds")) for m in metrics) + " |")
     lines.append("| train samples/s | " + " | ".join(
         _one((m.get("train") or {}).get("samples_per_second")) for m in metrics) + " |")
@@ -427,6 +438,20 @@ def compare(run_dirs: list[Path]) -> str:
     else:
         lines += ["", "Recipes: identical (apart from output.*)."]
     return "\n".join(lines)
+
+
+def _evaluations(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The run's ``nlptasks eval`` results under ``<run>/eval``: data file name → its latest
+    metrics (folders are named by time, so the last in name order is the latest)."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((run_dir / "eval").glob("**/metrics.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(record.get("test"), dict) and record.get("source"):
+            found[Path(record["source"]).name] = record["test"]
+    return found
 
 
 def _one(value: Any, digits: int = 1) -> str:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = [
     "build_trainer",
     "describe_log",
+    "evaluate_split",
     "guard_trainer",
     "make_training_arguments",
     "resolve_precision",
@@ -223,7 +224,7 @@ def build_trainer(
     return trainer_class(
         model=model,
         args=args,
-        train_dataset=data["train"],
+        train_dataset=data["train"] if "train" in data else None,  # nlptasks eval: no train split
         eval_dataset=data["validation"] if "validation" in data else None,
         processing_class=ctx.tokenizer,
         data_collator=data_collator,
@@ -250,10 +251,18 @@ def train_and_evaluate(ctx: RunContext, trainer: Any, data: Any) -> dict[str, An
     metrics["train"]["steps"] = state.global_step  # optimizer steps (micro-batches / accumulation)
     if state.best_model_checkpoint:
         metrics["train"]["best_step"] = int(state.best_model_checkpoint.rstrip("/").rsplit("-", 1)[-1])
-    for split, prefix in (("validation", "eval"), ("test", "test")):
+    for split in ("validation", "test"):
         if split in data and len(data[split]):
-            values = trainer.evaluate(eval_dataset=data[split], metric_key_prefix=prefix)
-            metrics[split] = _strip(values, prefix)
+            metrics[split] = evaluate_split(trainer, data, split)
+    return metrics
+
+
+def evaluate_split(trainer: Any, data: Any, split: str) -> dict[str, Any]:
+    """``trainer.evaluate`` on ``data[split]``, its metrics without the Trainer's key prefix: what
+    step 9 reports for validation and test, and the default of ``nlptasks_evaluate``."""
+    prefix = "eval" if split == "validation" else split
+    metrics = _strip(trainer.evaluate(eval_dataset=data[split], metric_key_prefix=prefix), prefix)
+    metrics.pop("model_preparation_time", None)  # the Trainer's, before any training: not a figure of the split
     return metrics
 
 

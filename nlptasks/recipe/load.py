@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from nlptasks.errors import Problem, RecipeError, did_you_mean
 from nlptasks.recipe.rules import (
+    QUANT_4BIT_KEYS,
     combination_problems,
     extra_problems,
     metric_problems,
@@ -27,7 +28,7 @@ from nlptasks.recipe.rules import (
     switch_peft_method,
     value_problems,
 )
-from nlptasks.recipe.schema import PATH_KEYS, Recipe
+from nlptasks.recipe.schema import PATH_KEYS, PEFT_METHOD_KEYS, Recipe
 from nlptasks.recipe.toml import apply_override, parse_override, read_toml
 from nlptasks.types import TaskSpec
 
@@ -59,6 +60,14 @@ class LoadedRecipe:
         """The recipe with every default filled in (what a run saves as ``recipe.toml``)."""
         data = self.recipe.model_dump(mode="json")
         data["options"] = self.options.model_dump(mode="json")
+        peft = data.get("peft")
+        if isinstance(peft, dict):  # only the keys of its method: the file must validate again as it is
+            method = peft.get("method")
+            for key in list(peft):
+                owners = PEFT_METHOD_KEYS.get(key)
+                if (owners is not None and method not in owners) or (
+                        key in QUANT_4BIT_KEYS and peft.get("quantization") != "4bit"):
+                    del peft[key]
         return data
 
     def fingerprint(self) -> tuple[dict[str, Any], str]:

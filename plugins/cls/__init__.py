@@ -24,8 +24,10 @@ from nlptasks.plugin import (
     Finding,
     RunContext,
     TaskSpec,
+    UNKNOWN_LABEL,
     balance,
     blank_texts,
+    classification_errors,
     classification_report,
     classification_sections,
     duplicates,
@@ -93,6 +95,14 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             return "empty text"
         return "empty label" if label_text(row[opts.label_column]) is None else None
 
+    if ctx.trained_run is not None:  # nlptasks eval: the run's labels; rows with others are counted, not scored
+        known = set(ctx.labels or [])
+
+        def problem_or_unknown(row: dict[str, Any]) -> str | None:
+            return problem(row) or (None if label_text(row[opts.label_column]) in known else UNKNOWN_LABEL)
+
+        data = DatasetDict({split: filter_rows(ctx, split, ds, problem_or_unknown) for split, ds in data.items()})
+        return _encode(ctx, data, list(ctx.labels or []))
     data = DatasetDict({split: filter_rows(ctx, split, ds, problem) for split, ds in data.items()})
 
     # The label set comes from train (or the recipe); unseen labels elsewhere are errors.
@@ -117,9 +127,18 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             path=ctx.sources.get("train"),
         )
     ctx.labels = labels
-    label2id = {name: i for i, name in enumerate(labels)}
+    return _encode(ctx, data, labels)
 
-    tokenizer = get_tokenizer(ctx, corpus=(str(t) for t in data["train"][opts.text_column]))
+
+def _encode(ctx: RunContext, data: Any, labels: list[str]) -> Any:
+    """Tokenize every split with the labels' ids; keep the rows and texts of the scored splits
+    (``ctx.side``) for the errors of ``nlptasks eval``."""
+    from datasets import DatasetDict
+
+    opts: ClsOptions = ctx.options
+    label2id = {name: i for i, name in enumerate(labels)}
+    corpus = (str(t) for t in data["train"][opts.text_column]) if "train" in data else None
+    tokenizer = get_tokenizer(ctx, corpus=corpus)
     max_length = ctx.recipe.model.max_length
     pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
 
@@ -130,6 +149,8 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
     out = DatasetDict()
     for split, ds in data.items():
+        if split != "train":
+            ctx.side[split] = {"rows": list(ds[ROW_COLUMN]), "texts": [str(t) for t in ds[opts.text_column]]}
         out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
         counts = {name: 0 for name in labels}
         for i in out[split]["labels"]:
@@ -229,6 +250,14 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
         return classification_report(logits.argmax(-1), references, labels)
 
     return compute_metrics
+
+
+@hookimpl
+def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[str, Any]] | None:
+    """Every text whose predicted label is not its gold label, with the file row and the score."""
+    if evaluation is None:
+        return None
+    return classification_errors(evaluation, list(ctx.labels or []), {"text": evaluation.side["texts"]})
 
 
 @hookimpl

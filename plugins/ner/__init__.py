@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    UNKNOWN_LABEL,
     ROW_COLUMN,
     DataError,
     Evaluation,
@@ -291,7 +292,13 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         ctx.log.warning("repaired %d tag(s) in %s that did not continue an entity (I-X → B-X)", n, split)
 
     # Labels: from the recipe, or O + every prefix of each entity type seen in training.
-    if opts.labels is not None:
+    if ctx.trained_run is not None:  # nlptasks eval: the run's tags; sentences with others are counted, not scored
+        labels, origin = list(ctx.labels or []), "the run"
+        for split, (tokens, tags, lines) in list(cleaned.items()):
+            keep = [k for k, row in enumerate(tags) if set(row) <= set(labels)]
+            ctx.drop(split, UNKNOWN_LABEL, len(tags) - len(keep))
+            cleaned[split] = ([tokens[k] for k in keep], [tags[k] for k in keep], [lines[k] for k in keep])
+    elif opts.labels is not None:
         labels, origin = list(opts.labels), "options.labels"
         if "O" not in labels:
             raise NlptasksError("options.labels: must include 'O'", hint="e.g. --set 'options.labels=[\"O\", \"B-PER\", \"I-PER\"]'")
@@ -314,7 +321,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     label2id = {name: i for i, name in enumerate(labels)}
     b_to_i = {label2id[t]: label2id["I" + t[1:]] for t in labels if t.startswith("B-") and "I" + t[1:] in label2id}
 
-    train_tokens = cleaned["train"][0]
+    train_tokens = cleaned["train"][0] if "train" in cleaned else []
     tokenizer = get_tokenizer(ctx, corpus=(" ".join(t) for t in train_tokens))
     if not getattr(tokenizer, "is_fast", False):
         raise NlptasksError(
@@ -330,7 +337,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             hint=f"Use a smaller stride, e.g. --set options.stride={max(0, budget // 4)}.",
         )
 
-    if opts.input_split == "auto":
+    if ctx.trained_manifest is not None:  # nlptasks eval: as the run split its inputs
+        word_split = ctx.trained_manifest.get("ner", {}).get("word_split", "whitespace")
+    elif opts.input_split == "auto":
         words = [w for row in train_tokens for w in row]
         single = sum(len(w) == 1 for w in words) / max(len(words), 1)
         word_split = "char" if single >= 0.9 else "whitespace"
@@ -356,6 +365,8 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         )
         if split != "train":  # what step 6 needs to score whole sentences from the windows
             ctx.side[split] = {
+                "rows": cleaned[split][2],
+                "tokens": tokens,
                 "windows": windows,
                 "gold": tags,
                 "lengths": lengths,
@@ -443,6 +454,37 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
         return metrics
 
     return compute_metrics
+
+
+@hookimpl
+def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[str, Any]] | None:
+    """Every sentence whose predicted entities differ from its gold ones: the file row, the words,
+    and the entities missed and invented (type, word span, text)."""
+    if evaluation is None:
+        return None
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    preds = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
+    if preds.ndim == 3:
+        preds = preds.argmax(-1)
+    info = evaluation.side
+    gold, pred = sentence_predictions(info, preds, list(ctx.labels or []))
+    separator = "" if (ctx.manifest.get("ner") or {}).get("word_split") == "char" else " "
+    errors = []
+    for k, (g, p) in enumerate(zip(gold, pred, strict=True)):
+        if g == p:
+            continue
+        words = info["tokens"][k]
+
+        def spans(tags: list[str], words: list[str] = words) -> list[dict[str, Any]]:
+            return [{"type": t, "start": a, "end": b + 1, "text": separator.join(words[a : b + 1])}
+                    for t, a, b in get_entities(tags)]
+
+        gold_entities, predicted = spans(g), spans(p)
+        errors.append({"row": info["rows"][k], "text": separator.join(words), "gold": gold_entities,
+                       "predicted": predicted, "missed": [e for e in gold_entities if e not in predicted],
+                       "spurious": [e for e in predicted if e not in gold_entities]})
+    return errors
 
 
 @hookimpl

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nlptasks.plugin import (
+    UNKNOWN_LABEL,
     ROW_COLUMN,
     DataError,
     Evaluation,
@@ -41,10 +42,12 @@ from nlptasks.plugin import (
     balance,
     blank_texts,
     build_trainer,
+    classification_errors,
     classification_report,
     classification_sections,
     correlations,
     duplicates,
+    evaluate_split,
     filter_rows,
     get_tokenizer,
     hookimpl,
@@ -212,12 +215,19 @@ def clean(ctx: RunContext, data: Any) -> Any:
 
     on_problem = "error" if opts.bad_rows == "error" else "drop"
     hint = "Fix the row, or drop such rows and count them with --set options.bad_rows=skip."
-    return DatasetDict({split: filter_rows(ctx, split, ds, problem, on_problem, hint) for split, ds in data.items()})
+    data = DatasetDict({split: filter_rows(ctx, split, ds, problem, on_problem, hint) for split, ds in data.items()})
+    if ctx.trained_run is not None and opts.label_type == "classes":  # nlptasks eval: only the run's labels are scored
+        known = set(ctx.labels or [])
+        data = DatasetDict({split: filter_rows(ctx, split, ds, lambda row: None if _label_text(
+            row[opts.label_column]) in known else UNKNOWN_LABEL) for split, ds in data.items()})
+    return data
 
 
 def class_labels(ctx: RunContext, data: Any) -> list[str]:
     """The class list (from options.labels or train); a label outside it names its file and row."""
     opts: PairOptions = ctx.options
+    if ctx.trained_run is not None:  # nlptasks eval: the run's labels (rows with others were dropped)
+        return list(ctx.labels or [])
     if opts.labels is not None:
         labels, origin, splits = list(opts.labels), "options.labels", list(data)
     else:
@@ -271,10 +281,12 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         target = lambda v: label2id[_label_text(v)]  # noqa: E731
     else:
         target = _score
-        scores = [_score(v) for v in data["train"][opts.label_column]]
-        ctx.manifest["score_range"] = [min(scores), max(scores)]  # type: ignore[type-var]
+        if "train" in data:
+            scores = [_score(v) for v in data["train"][opts.label_column]]
+            ctx.manifest["score_range"] = [min(scores), max(scores)]  # type: ignore[type-var]
 
-    corpus = [str(t) for t in data["train"][opts.text_a_column]] + [str(t) for t in data["train"][opts.text_b_column]]
+    train = data["train"] if "train" in data else None
+    corpus = None if train is None else [str(t) for t in train[opts.text_a_column]] + [str(t) for t in train[opts.text_b_column]]
     tokenizer = get_tokenizer(ctx, corpus=corpus)
     max_length = ctx.recipe.model.max_length
     pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
@@ -299,6 +311,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     encode = encode_bi if opts.mode == "bi" else encode_cross
     out = DatasetDict()
     for split, ds in data.items():
+        if split != "train":  # the errors of nlptasks eval name the file row and show both texts
+            ctx.side[split] = {"rows": list(ds[ROW_COLUMN]), "text_a": [str(t) for t in ds[opts.text_a_column]],
+                               "text_b": [str(t) for t in ds[opts.text_b_column]]}
         out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
     ctx.manifest.update(
         mode=opts.mode,
@@ -469,6 +484,46 @@ def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
         metrics["test"]["accuracy"] = float(((sim >= threshold) == (gold > 0.5)).mean())
         metrics["test"]["threshold"] = threshold
     return metrics
+
+
+@hookimpl
+def nlptasks_evaluate(ctx: RunContext, trainer: Any, data: Any, split: str) -> Any:
+    """Bi-encoder with two classes (nlptasks eval): the split's accuracy at the run's cosine
+    threshold, as step 9 scores test."""
+    opts: PairOptions = ctx.options
+    threshold = (ctx.trained_manifest or {}).get("threshold")
+    if opts.mode != "bi" or opts.label_type != "classes" or threshold is None:
+        return None
+    metrics = evaluate_split(trainer, data, split)
+    evaluation = ctx.evaluations[split]
+    sim, gold = evaluation.predictions.reshape(-1), evaluation.label_ids.reshape(-1)
+    metrics.update(accuracy=float(((sim >= threshold) == (gold > 0.5)).mean()), threshold=threshold)
+    return metrics
+
+
+@hookimpl
+def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[str, Any]] | None:
+    """Classes: every pair whose predicted label is wrong (a bi-encoder's at its threshold).
+    Scores: every pair with its predicted and gold score and the absolute difference, largest
+    first (a score has no *wrong*; the worst come first)."""
+    if evaluation is None:
+        return None
+    opts: PairOptions = ctx.options
+    side = evaluation.side
+    fields = {"text_a": side["text_a"], "text_b": side["text_b"]}
+    if opts.mode == "cross" and opts.label_type == "classes":
+        return classification_errors(evaluation, list(ctx.labels or []), fields)
+    predictions = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
+    predicted, gold = predictions.reshape(-1), evaluation.label_ids.reshape(-1)
+    rows = [{"row": side["rows"][i], "text_a": side["text_a"][i], "text_b": side["text_b"][i]} for i in range(len(gold))]
+    threshold = (ctx.trained_manifest or ctx.manifest).get("threshold")
+    if opts.label_type == "classes" and threshold is not None:
+        labels = list(ctx.labels or [])
+        return [{**r, "gold": labels[int(g > 0.5)], "predicted": labels[int(p >= threshold)], "score": round(float(p), 6)}
+                for r, p, g in zip(rows, predicted, gold, strict=True) if (p >= threshold) != (g > 0.5)]
+    out = [{**r, "gold": float(g), "predicted": round(float(p), 6), "abs_error": round(abs(float(p) - float(g)), 6)}
+           for r, p, g in zip(rows, predicted, gold, strict=True)]
+    return sorted(out, key=lambda e: -e["abs_error"])
 
 
 @hookimpl

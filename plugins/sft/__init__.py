@@ -27,6 +27,7 @@ from nlptasks.plugin import (
     TaskSpec,
     Usage,
     build_trainer,
+    evaluate_split,
     get_tokenizer,
     hookimpl,
     load_model,
@@ -152,7 +153,10 @@ def tokenizer_and_template(ctx: RunContext, train: list[tuple[int, list[dict[str
     tokenizer = get_tokenizer(ctx, corpus=corpus, style="decoder")
     if tokenizer.pad_token_id is None:  # many decoders ship without one; padding is masked anyway
         tokenizer.pad_token = tokenizer.eos_token
-    template = choose_template(ctx.options.template, tokenizer, scratch=ctx.recipe.model.scratch is not None)
+    name = ctx.options.template
+    if ctx.trained_manifest is not None:  # nlptasks eval: the template the run trained with, its stop tokens
+        name = ctx.trained_manifest.get("template", name)
+    template = choose_template(name, tokenizer, scratch=ctx.recipe.model.scratch is not None)
     stops = stop_token_ids(tokenizer, template.stop_tokens)
     if not stops:
         raise RecipeError("recipe", [Problem("options.template", "the tokenizer has no eos token and the template no end-of-turn token: generation could never stop")])
@@ -200,7 +204,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         conversations[split], references[split] = kept, refs
     ctx.manifest["shape"] = shape
 
-    tokenizer, template, stops = tokenizer_and_template(ctx, conversations["train"])
+    tokenizer, template, stops = tokenizer_and_template(ctx, conversations.get("train", []))
     ctx.state["stop_ids"] = stops
     ctx.log.info("template %s (stored with the tokenizer); generation stops at %s", template.name,
                  ", ".join(tokenizer.convert_ids_to_tokens(stops)))
@@ -243,13 +247,14 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
                      f"{total:,}", f"{supervised:,}", 100 * supervised / max(1, total))
 
     gen = opts.generation_eval
-    if gen is not None:
+    if gen is not None or ctx.trained_run is not None:  # nlptasks eval lists every generation
+        limit = gen.rows if gen is not None else None
         ctx.state["generation_rows"] = {
             split: [
-                ([m for m in messages[:-1]], ref)
-                for (_, messages), ref in zip(conversations[split], references[split], strict=True)
+                (row, [m for m in messages[:-1]], ref)
+                for (row, messages), ref in zip(conversations[split], references[split], strict=True)
                 if ref
-            ][: gen.rows]
+            ][:limit]
             for split in ("validation", "test")
             if split in conversations
         }
@@ -392,16 +397,50 @@ def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_col
 
 
 def generation_score(ctx: RunContext, model: Any, split: str) -> float:
+    """The split's generation metric (``options.generation_eval``) over its generation rows; the
+    generations are kept in ``ctx.state["generations"][split]`` (the errors of nlptasks eval)."""
     from .generate import GenerationSettings, generate
     from .metrics import score
 
     gen = ctx.options.generation_eval
     rows = ctx.state["generation_rows"][split]
+    settings = GenerationSettings(max_new_tokens=gen.max_new_tokens) if gen is not None else GenerationSettings()
     predictions = generate(
-        model, ctx.tokenizer, [messages for messages, _ in rows], ctx.state["stop_ids"],
-        GenerationSettings(max_new_tokens=gen.max_new_tokens), max_length=ctx.recipe.model.max_length,
+        model, ctx.tokenizer, [messages for _, messages, _ in rows], ctx.state["stop_ids"],
+        settings, max_length=ctx.recipe.model.max_length,
     )
-    return score(gen.metric, predictions, [ref for _, ref in rows])
+    ctx.state.setdefault("generations", {})[split] = predictions
+    return score(gen.metric if gen is not None else "rouge_l", predictions, [ref for _, _, ref in rows])
+
+
+@hookimpl
+def nlptasks_evaluate(ctx: RunContext, trainer: Any, data: Any, split: str) -> Any:
+    """nlptasks eval: the loss as step 9 reports it, and the generation metric when the run's
+    options set one (the generations are made for the errors file either way)."""
+    metrics = evaluate_split(trainer, data, split)
+    if ctx.state.get("generation_rows", {}).get(split):
+        value = generation_score(ctx, trainer.model, split)
+        gen = ctx.options.generation_eval
+        if gen is not None:
+            metrics[f"gen_{gen.metric}"] = value
+    return metrics
+
+
+@hookimpl
+def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[str, Any]] | None:
+    """Every generated answer beside its reference, with its score (a generator has no *wrong*:
+    all are listed, the lowest scores first)."""
+    from .metrics import METRICS
+
+    rows, generations = ctx.state.get("generation_rows", {}).get(split), ctx.state.get("generations", {}).get(split)
+    if not rows or generations is None:
+        return None
+    gen = ctx.options.generation_eval
+    metric = gen.metric if gen is not None else "rouge_l"
+    out = [{"row": row, "prompt": messages[-1]["content"] if messages else "", "reference": ref,
+            "generation": text, metric: round(METRICS[metric](text, ref), 6)}
+           for (row, messages, ref), text in zip(rows, generations, strict=True)]
+    return sorted(out, key=lambda e: e[metric])
 
 
 @hookimpl

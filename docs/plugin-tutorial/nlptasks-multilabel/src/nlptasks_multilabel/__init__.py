@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    UNKNOWN_LABEL,
     DataError,
     Evaluation,
     RunContext,
@@ -114,8 +115,6 @@ def parse_labels(value: Any, separator: str) -> list[str]:
 
 @hookimpl
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
-    import numpy as np
-    from datasets import Dataset, DatasetDict
 
     opts: MultilabelOptions = ctx.options
     require_columns(ctx, data, {"text_column": opts.text_column, "labels_column": opts.labels_column})
@@ -135,6 +134,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         if not rows:
             raise DataError("no rows left after dropping empty texts", path=ctx.sources.get(split, split))
         parsed[split] = rows
+
+    if ctx.trained_run is not None:  # `nlptasks eval`: the run's labels; rows with others are counted
+        return _encode(ctx, _known_rows(ctx, parsed, list(ctx.labels or [])), list(ctx.labels or []))
 
     # The label set is the training data's; a label seen only elsewhere is an error.
     labels = sorted({label for _, _, row_labels in parsed["train"] for label in row_labels})
@@ -159,14 +161,34 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
                     hint="Fix the row, or add training examples with this label.",
                 )
     ctx.labels = labels
-    index = {label: i for i, label in enumerate(labels)}
+    return _encode(ctx, parsed, labels)
 
-    tokenizer = get_tokenizer(ctx, corpus=(text for _, text, _ in parsed["train"]))
+
+def _known_rows(ctx: RunContext, parsed: dict[str, list[Any]], labels: list[str]) -> dict[str, list[Any]]:
+    """The rows whose labels are all among ``labels``; the others dropped and counted."""
+    out = {}
+    for split, rows in parsed.items():
+        out[split] = [row for row in rows if set(row[2]) <= set(labels)]
+        ctx.drop(split, UNKNOWN_LABEL, len(rows) - len(out[split]))
+    return out
+
+
+def _encode(ctx: RunContext, parsed: dict[str, list[Any]], labels: list[str]) -> Any:
+    """Tokenize every split with multi-hot targets over ``labels``."""
+    import numpy as np
+    from datasets import Dataset, DatasetDict
+
+    opts: MultilabelOptions = ctx.options
+    index = {label: i for i, label in enumerate(labels)}
+    train = parsed.get("train", [])  # no train split under `nlptasks eval` (the run's tokenizer)
+    tokenizer = get_tokenizer(ctx, corpus=(text for _, text, _ in train))
     max_length = ctx.recipe.model.max_length
     pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
 
     out = DatasetDict()
     for split, rows in parsed.items():
+        if split != "train":  # what nlptasks_errors needs to name each wrong row
+            ctx.side[split] = {"rows": [row for row, _, _ in rows], "texts": [text for _, text, _ in rows]}
         enc = tokenizer([text for _, text, _ in rows], truncation=True, max_length=max_length, padding=pad)
         # Multi-hot targets: row i, column j is 1.0 when text i has label j.  float32, because the
         # model's loss (binary cross-entropy) wants float targets of the logits' dtype.
@@ -257,6 +279,23 @@ def nlptasks_metrics(ctx: RunContext) -> Any:
         return multilabel_report(sigmoid(logits) >= threshold, references >= 0.5, labels)
 
     return compute_metrics
+
+
+@hookimpl
+def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[str, Any]] | None:
+    """`nlptasks eval`'s errors file: every text whose predicted label set is not its gold set."""
+    if evaluation is None:
+        return None
+    labels = list(ctx.labels or [])
+    logits = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
+    predicted, gold = sigmoid(logits) >= ctx.options.threshold, evaluation.label_ids >= 0.5
+    side = evaluation.side
+    return [
+        {"row": side["rows"][i], "text": side["texts"][i],
+         "gold": [name for name, on in zip(labels, gold[i], strict=True) if on],
+         "predicted": [name for name, on in zip(labels, predicted[i], strict=True) if on]}
+        for i in range(len(gold)) if (predicted[i] != gold[i]).any()
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

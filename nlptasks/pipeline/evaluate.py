@@ -1,0 +1,218 @@
+"""``nlptasks eval``: a trained run scored on new labelled data, through the task's own steps.
+
+The run's resolved recipe (``recipe.toml`` in the run folder) is loaded with the data replaced by
+the file to evaluate and the user's ``--set`` overrides (a column that is named differently), and
+the steps run in evaluation mode (``ctx.trained_run``, see :class:`nlptasks.RunContext`):
+
+1 setup · 2 load (the file, as the ``test`` split) · 4 preprocess with the run's tokenizer and
+labels · 5 the run's trained model · 6 metrics · 7/8 arguments, collator and Trainer (nothing is
+trained) · ``nlptasks_evaluate`` · ``nlptasks_errors`` · ``nlptasks_report``.
+
+So a run's own test file gives back exactly the test metrics ``nlptasks run`` printed.  The eval
+folder holds ``metrics.json``, ``errors.jsonl`` (every wrong prediction with its file row, gold
+and predicted values), ``report.md`` (the metrics and the task's per-class table) and the task's
+figures (a confusion matrix).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import time
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nlptasks.context import RunContext
+from nlptasks.engine.rundir import read_manifest, write_json, write_text_atomic
+from nlptasks.engine.trained import choose
+from nlptasks.errors import NlptasksError
+from nlptasks.host import Host, get_host
+from nlptasks.pipeline.steps import library_progress_bars, load_recipe
+
+__all__ = ["EVAL_DIR", "ERRORS", "EvalResult", "evaluate_run"]
+
+EVAL_DIR = "eval"
+"""Where a run keeps its evaluations: ``<run>/eval/<name>/``."""
+ERRORS = "errors.jsonl"
+TEST = "test"
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate_run` returns for one data file."""
+
+    source: Path
+    output_dir: Path
+    metrics: dict[str, Any]
+    rows: int
+    examples: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    errors: int | None = None  # None: the task does not list its errors
+    seconds: float = 0.0
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    files: Iterable[str | Path],
+    overrides: Iterable[str] = (),
+    output: str | Path | None = None,
+    adapter: str | None = None,
+    base_only: bool = False,
+    host: Host | None = None,
+    progress: bool = False,
+) -> list[EvalResult]:
+    """Score the complete run ``run_dir`` on each labelled file in ``files`` (in the run's task
+    format); write one eval folder per file and return their results.
+
+    :param overrides: ``--set``-style changes to the run's recipe for reading the files
+        (``options.text_column=review``); keys that change the model are refused.
+    :param output: the eval folder (default: ``<run>/eval/<timestamp>``; with several files, one
+        sub-folder per file, named after it).
+    """
+    host = host or get_host()
+    run_dir = Path(run_dir)
+    manifest = choose(read_manifest(run_dir), run_dir, adapter, base_only)
+    files = [Path(f) for f in files]
+    if not files:
+        raise NlptasksError("nothing to evaluate: give --data FILE (labelled data in the run's task format)")
+    for f in files:
+        if not f.exists():
+            raise NlptasksError(f"--data {f}: no such file or folder")
+    overrides = list(overrides)
+    _refuse_model_overrides(overrides)
+    recipe_file = run_dir / "recipe.toml"
+    try:
+        raw = tomllib.loads(recipe_file.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise NlptasksError(f"{recipe_file}: cannot read the run's recipe: {exc}",
+                            hint="nlptasks eval needs the recipe.toml that nlptasks run writes into every run.") from None
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(output) if output is not None else run_dir / EVAL_DIR / stamp
+    results = []
+    for f in files:
+        out = base if len(files) == 1 else base / _folder_name(f, files)
+        results.append(_evaluate_file(run_dir, manifest, raw, f, overrides, out, host, progress))
+    return results
+
+
+def _refuse_model_overrides(overrides: list[str]) -> None:
+    """Only what says how to read the data may change: the model and its training are the run's."""
+    allowed = ("options.", "data.", "train.eval_batch_size", "train.precision")
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        if not key.startswith(allowed):
+            raise NlptasksError(
+                f"--set {key}: nlptasks eval scores the run as it was trained; only options.*, data.*, "
+                "train.eval_batch_size and train.precision may change",
+                hint="To change the model or its training, train a new run: nlptasks run RECIPE --set ...",
+            )
+
+
+def _folder_name(path: Path, files: list[Path]) -> str:
+    stems = [f.stem for f in files]
+    return path.stem if stems.count(path.stem) == 1 else f"{files.index(path) + 1}-{path.stem}"
+
+
+def _evaluate_file(
+    run_dir: Path, manifest: dict[str, Any], raw: dict[str, Any], path: Path, overrides: list[str], out: Path,
+    host: Host, progress: bool,
+) -> EvalResult:
+    started = time.perf_counter()
+    recipe = json.loads(json.dumps(raw))
+    data = recipe.setdefault("data", {})
+    for key in ("validation", "test", "hub", "hub_config", "max_train_rows", "max_eval_rows"):
+        data.pop(key, None)
+    data.update(train=str(path.resolve()), format="auto")
+    # The file is read as the recipe's train split: a row limit for it is max_eval_rows.
+    overrides = [o.replace("data.max_eval_rows", "data.max_train_rows", 1) if o.strip().startswith("data.max_eval_rows")
+                 else o for o in overrides if not o.strip().startswith("data.max_train_rows")]
+    loaded = load_recipe(None, overrides, host=host, raw=recipe)
+    if loaded.task.name != manifest.get("task"):
+        raise NlptasksError(f"{run_dir}: the recipe's task {loaded.task.name!r} is not the run's {manifest.get('task')!r}")
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=out)
+    ctx.trained_run, ctx.trained_manifest = run_dir, manifest
+    from transformers import AutoTokenizer
+
+    ctx.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    ctx.labels = list(manifest["labels"]) if manifest.get("labels") is not None else None
+    hooks = host.hooks_for(loaded.task)
+    with library_progress_bars(progress):
+        metrics, errors, trainer, data_out, rows = _steps(ctx, hooks, progress)
+        sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data_out,
+                                                          metrics={TEST: metrics}) for s in (result or [])]
+    dropped = dict(ctx.dropped.get(TEST, {}))
+    seconds = time.perf_counter() - started
+    result = EvalResult(source=path, output_dir=out, metrics=metrics, rows=rows, examples=len(data_out[TEST]),
+                        dropped=dropped, errors=None if errors is None else len(errors), seconds=seconds)
+    _write(ctx, run_dir, result, errors, sections)
+    shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)  # the Trainer's output folder: nothing is trained
+    return result
+
+
+def _steps(ctx: RunContext, hooks: Any, progress: bool) -> tuple[dict[str, Any], list[dict[str, Any]] | None, Any, Any, int]:
+    from datasets import DatasetDict
+
+    from nlptasks.engine.evaluation import for_splits, name_splits
+    from nlptasks.engine.optimize import set_attention
+    from nlptasks.engine.ordering import order_evaluation
+    from nlptasks.engine.training import training_kwargs, use_readable_logs
+
+    hooks.nlptasks_setup(ctx=ctx)  # 1
+    raw = hooks.nlptasks_load_data(ctx=ctx)  # 2: the file, read as the recipe's train split was
+    data = DatasetDict({TEST: raw["train"]})
+    ctx.sources = {TEST: ctx.sources.get("train", str(ctx.recipe.data.train))}
+    rows = len(data[TEST])
+    data = hooks.nlptasks_preprocess(ctx=ctx, data=data)  # 4, with the run's tokenizer and labels
+    if TEST not in data or len(data[TEST]) == 0:
+        reasons = ", ".join(f"{n} {why}" for why, n in ctx.dropped.get(TEST, {}).items()) or "none kept"
+        raise NlptasksError(f"{ctx.sources[TEST]}: no example left to evaluate ({rows} rows read; dropped: {reasons})")
+    model = hooks.nlptasks_build_model(ctx=ctx)  # 5: the run's trained weights
+    if ctx.recipe.optimize.attention != "auto":
+        set_attention(model, ctx.recipe.optimize.attention)
+    compute_metrics = for_splits(ctx, hooks.nlptasks_metrics(ctx=ctx))  # 6
+    kwargs = training_kwargs(ctx, has_validation=False, has_metrics=compute_metrics is not None, progress=progress)
+    args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=kwargs)  # 7
+    collator = hooks.nlptasks_data_collator(ctx=ctx)  # 8
+    trainer = hooks.nlptasks_trainer(ctx=ctx, model=model, args=args, data=data, data_collator=collator,
+                                     compute_metrics=compute_metrics)
+    use_readable_logs(trainer, ctx, progress)
+    order_evaluation(trainer, ctx)
+    name_splits(trainer, ctx, data)
+    metrics = dict(hooks.nlptasks_evaluate(ctx=ctx, trainer=trainer, data=data, split=TEST))
+    metrics.update(ctx.recorded.get(TEST, {}))
+    errors = hooks.nlptasks_errors(ctx=ctx, split=TEST, evaluation=ctx.evaluations.get(TEST))
+    return metrics, errors, trainer, data, rows
+
+
+def _write(ctx: RunContext, run_dir: Path, result: EvalResult, errors: list[dict[str, Any]] | None,
+           sections: list[str]) -> None:
+    out = result.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "metrics.json", {
+        TEST: result.metrics, "source": str(result.source), "run": str(run_dir), "rows": result.rows,
+        "examples": result.examples, "dropped": result.dropped, "errors": result.errors,
+        "seconds": round(result.seconds, 1),
+    })
+    if errors is not None:
+        text = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in errors)
+        write_text_atomic(out / ERRORS, text)
+    write_text_atomic(out / "report.md", _report(ctx, run_dir, result, sections))
+
+
+def _report(ctx: RunContext, run_dir: Path, result: EvalResult, sections: list[str]) -> str:
+    lines = [f"# Evaluation of {run_dir.name}", "", f"- run: `{run_dir}`", f"- data: `{result.source}` "
+             f"({result.rows} rows, {result.examples} examples scored)"]
+    if result.dropped:
+        lines.append("- dropped: " + ", ".join(f"{n} {why}" for why, n in result.dropped.items()))
+    if result.errors is not None:
+        lines.append(f"- wrong predictions: {result.errors} (`{ERRORS}`)")
+    lines += ["", "| metric | value |", "|---|---|"]
+    timings = {"runtime", "samples_per_second", "steps_per_second", "epoch"}
+    for key, value in result.metrics.items():
+        if "/" not in key and key not in timings and isinstance(value, int | float) and not isinstance(value, bool):
+            lines.append(f"| {key} | {value:.4f} |" if isinstance(value, float) else f"| {key} | {value} |")
+    return "\n\n".join(["\n".join(lines), *sections]) + "\n"

@@ -1,0 +1,134 @@
+"""``nlptasks eval``: a trained run scored on labelled data through the task's own steps.
+
+The run's own test file must give back exactly the test metrics ``nlptasks run`` printed (every
+task, every mode); rows the run cannot score are counted, not fatal; the errors file lists the
+wrong predictions with their file rows, and agrees with the metrics.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, read_metrics
+
+TIMINGS = {"runtime", "samples_per_second", "steps_per_second", "epoch"}
+DATA = RECIPES / "data"
+CASES = {
+    "cls": ("cls.toml", DATA / "cls" / "test.csv", ()),
+    "ner": ("ner.toml", DATA / "ner" / "test.jsonl", ()),
+    "pair-cross": ("pair.toml", DATA / "pair" / "test.csv", ()),
+    "pair-bi": ("pair.toml", DATA / "pair" / "test.csv", ("options.mode=bi",)),
+    "sft": ("sft.toml", DATA / "sft" / "test.jsonl",
+            ("options.generation_eval={rows=6, max_new_tokens=8}", "data.max_eval_rows=24")),
+}
+FAST = ("train.max_steps=8", "train.eval_strategy=no", "train.keep_best=false")
+
+
+def _eval(cli, run: Path, *args: str) -> tuple[dict, Path]:
+    out = run.parent / "eval-out"
+    code, stdout, err = cli("eval", run, "--output", out, *args)
+    assert code == 0, err
+    assert "eval saved to" in stdout
+    return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
+
+
+def _errors(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_runs_test_file_gives_back_its_test_metrics(case, run_recipe, cli):
+    recipe, test_file, sets = CASES[case]
+    run = run_recipe(RECIPES / recipe, *FAST, *sets)
+    expected = {k: v for k, v in read_metrics(run)["test"].items() if k not in TIMINGS}
+    args = ["--data", str(test_file)] + (["--set", "data.max_eval_rows=24"] if case == "sft" else [])
+    got, out = _eval(cli, run, *args)
+    scored = {k: v for k, v in got["test"].items() if k not in TIMINGS}
+    assert set(scored) == set(expected), (scored, expected)
+    for key, value in expected.items():
+        assert scored[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    errors = _errors(out)
+    assert got["errors"] == len(errors)
+    assert all(isinstance(e["row"], int) and e["row"] >= 1 for e in errors)
+    if case in ("cls", "pair-cross"):  # one wrong line per wrong example
+        assert len(errors) == round((1 - expected["accuracy"]) * got["examples"])
+        assert all(e["gold"] != e["predicted"] for e in errors)
+    assert (out / "report.md").read_text(encoding="utf-8").startswith("# Evaluation of t")
+
+
+def test_cls_errors_name_the_file_row_of_each_wrong_text(run_recipe, cli):
+    run = run_recipe(RECIPES / "cls.toml", *FAST)
+    got, out = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
+    with (DATA / "cls" / "test.csv").open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for error in _errors(out):
+        source = rows[error["row"] - 1]  # row 1 = the first data row
+        assert source["text"] == error["text"] and source["label"] == error["gold"]
+    assert (out / "confusion_matrix.png").stat().st_size > 1000
+
+
+def test_rows_the_run_cannot_score_are_counted_and_the_rest_scored(run_recipe, cli, tmp_path):
+    run = run_recipe(RECIPES / "cls.toml", *FAST)
+    clean, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
+    text = (DATA / "cls" / "test.csv").read_text(encoding="utf-8")
+    dirty = tmp_path / "dirty.csv"
+    dirty.write_text(text.rstrip("\n") + "\n房间一般般,中性\n,正面\n还行吧,\n", encoding="utf-8")
+    code, out, err = cli("eval", run, "--data", dirty, "--output", tmp_path / "dirty-eval")
+    assert code == 0, err
+    got = json.loads((tmp_path / "dirty-eval" / "metrics.json").read_text(encoding="utf-8"))
+    assert got["rows"] == clean["rows"] + 3 and got["examples"] == clean["examples"]
+    assert got["dropped"] == {"label unknown to the run": 1, "empty text": 1, "empty label": 1}
+    assert got["test"]["accuracy"] == clean["test"]["accuracy"]
+    assert "label unknown to the run" in out
+
+
+def test_a_column_named_otherwise_is_read_with_set(run_recipe, cli, tmp_path):
+    run = run_recipe(RECIPES / "cls.toml", *FAST)
+    clean, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
+    renamed = tmp_path / "renamed.csv"
+    text = (DATA / "cls" / "test.csv").read_text(encoding="utf-8")
+    renamed.write_text(text.replace("text,label", "review,label", 1), encoding="utf-8")
+    code, _, err = cli("eval", run, "--data", renamed, "--output", tmp_path / "e1")
+    assert code != 0 and "review" in err and "options.text_column" in err, err
+    code, _, err = cli("eval", run, "--data", renamed, "--output", tmp_path / "e2", "--set", "options.text_column=review")
+    assert code == 0, err
+    got = json.loads((tmp_path / "e2" / "metrics.json").read_text(encoding="utf-8"))
+    assert got["test"]["accuracy"] == clean["test"]["accuracy"]
+
+
+def test_what_would_change_the_model_is_refused(run_recipe, cli, tmp_path):
+    run = run_recipe(RECIPES / "cls.toml", *FAST)
+    code, _, err = cli("eval", run, "--data", DATA / "cls" / "test.csv", "--set", "model.max_length=16")
+    assert code != 0 and "--set model.max_length" in err and "options.*" in err, err
+    code, _, err = cli("eval", run, "--data", tmp_path / "missing.csv")
+    assert code != 0 and "missing.csv" in err and "Traceback" not in err, err
+    code, _, err = cli("eval", tmp_path, "--data", DATA / "cls" / "test.csv")
+    assert code != 0 and "not a complete nlptasks run" in err, err
+
+
+def test_several_files_get_a_folder_each(run_recipe, cli, tmp_path):
+    run = run_recipe(RECIPES / "cls.toml", *FAST)
+    code, out, err = cli("eval", run, "--data", DATA / "cls" / "test.csv", "--data", DATA / "cls" / "validation.csv")
+    assert code == 0, err
+    folders = sorted((run / "eval").glob("*/*/metrics.json"))
+    assert [f.parent.name for f in folders] == ["test", "validation"]
+    validation = json.loads(folders[1].read_text(encoding="utf-8"))
+    assert validation["test"]["accuracy"] == pytest.approx(read_metrics(run)["validation"]["accuracy"], abs=1e-9)
+    code, table, err = cli("compare", run)  # eval results beside the run's own
+    assert code == 0, err
+    row = next(line for line in table.splitlines() if line.startswith("| eval `validation.csv` accuracy |"))
+    assert f"{read_metrics(run)['validation']['accuracy']:.4f}" in row
+
+
+def test_an_adapter_run_is_scored_with_its_adapter(run_recipe, cli):
+    run = run_recipe(RECIPES / "cls.toml", *FAST, "peft.method=lora", "peft.r=4", "train.learning_rate=0.01")
+    expected = read_metrics(run)["test"]
+    got, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
+    assert got["test"]["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-9)
+    assert got["test"]["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    base, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"), "--base-only")
+    assert base["test"]["loss"] != pytest.approx(expected["loss"], rel=1e-3)  # the adapter made a difference
