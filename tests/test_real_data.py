@@ -11,6 +11,8 @@ Slow tier: run with ``--slow``.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import RECIPES, TINY, read_metrics, shared
@@ -55,6 +57,18 @@ def test_sst2_with_pretrained_minilm(run_recipe):
     # (2,000 rows): validation 0.757, test 0.777.
     assert metrics["validation"]["accuracy"] > 0.73
     assert metrics["test"]["accuracy"] > 0.75
+    # nlptasks eval on the real test file (1,821 rows) gives back the run's test metrics, and one
+    # errors line per wrong sentence.
+    from nlptasks.testing import run_cli
+
+    out = run_dir.parent / "eval"
+    code, _, err = run_cli("eval", run_dir, "--data", shared("sst2") / "test.csv", "--output", out)
+    assert code == 0, err
+    scored = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    for key in ("accuracy", "f1_macro", "loss"):
+        assert scored["test"][key] == pytest.approx(metrics["test"][key], rel=1e-5), key
+    wrong = (out / "errors.jsonl").read_text(encoding="utf-8").count("\n")
+    assert wrong == round((1 - metrics["test"]["accuracy"]) * scored["examples"])
 
 
 def test_the_real_empty_review_is_dropped_and_counted(run_recipe):
