@@ -237,6 +237,20 @@ class Predictor(Protocol):
     Optional, for tasks that generate text (``nlptasks infer --max-new-tokens N --temperature T
     --top-p P``): ``configure_generation(max_new_tokens=None, temperature=None, top_p=None)``;
     the CLI passes only the settings given and says plainly when a task does not generate.
+
+    Optional, for tasks that chat (``nlptasks serve``'s OpenAI-compatible ``/v1/chat/completions``
+    and ``/v1/completions`` serve exactly the runs whose predictor has it): ``chat(messages, *,
+    max_new_tokens=None, temperature=None, top_p=None, stop=None, info=None) -> Iterator[str]``.
+    ``messages`` are ``{"role", "content"}`` turns (``system``, ``user``, ``assistant``); the
+    iterator yields the assistant's reply in pieces as it is generated (pieces may be empty: one
+    per generated token lets a consumer stop between tokens; closing the iterator stops the
+    generation), rendered and stopped exactly as ``__call__`` would for the same conversation, so
+    the joined pieces of a greedy reply equal ``__call__``'s answer.  ``None`` settings are the
+    predictor's own (greedy for a temperature of 0 or ``None``); ``stop`` strings end the reply
+    before them.  Invalid messages raise :class:`~nlptasks.errors.NlptasksError` when ``chat`` is
+    called, before any generation.  ``info``, a dict, receives ``prompt_tokens`` (at the call),
+    then ``completion_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``) when the reply
+    ends: the server's ``usage`` and ``finish_reason``.
     """
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]: ...

@@ -410,31 +410,9 @@ def nlptasks_build_model(ctx: RunContext) -> Any:
     return load_model(ctx, "AutoModelForTokenClassification", **label_config(ctx.labels))
 
 
-def sentence_predictions(info: dict[str, Any], preds: Any, labels: list[str]) -> tuple[list[list[str]], list[list[str]]]:
-    """Gold and predicted tags of the scored words of every sentence, from window predictions.
-
-    :param preds: predicted label ids per window and token position (``-100`` padding allowed).
-    :returns: ``(gold, predicted)``; each sentence is cut to the words some window covers (all of
-        them, unless ``options.overflow = "truncate"``).
-    """
-    from .align import merge
-
-    windows = info["windows"]
-    if len(preds) != len(windows):
-        raise NlptasksError(f"internal error: {len(preds)} predictions for {len(windows)} windows")
-    window_preds = [[labels[int(preds[w][pos])] if pos >= 0 else None for pos in win.first] for w, win in enumerate(windows)]
-    merged = merge(windows, window_preds, info["lengths"], default="O")
-    covered = [0] * len(info["lengths"])
-    for win in windows:
-        covered[win.sentence] = max(covered[win.sentence], win.end)
-    gold = [g[:n] for g, n in zip(info["gold"], covered, strict=True)]
-    pred = [p[:n] for p, n in zip(merged, covered, strict=True)]
-    return gold, pred
-
-
 @hookimpl
 def nlptasks_metrics(ctx: RunContext) -> Any:
-    from .metrics import entity_report
+    from .metrics import entity_report, sentence_predictions
 
     labels = list(ctx.labels or [])
     opts: NerOptions = ctx.options
@@ -462,29 +440,13 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
     and the entities missed and invented (type, word span, text)."""
     if evaluation is None:
         return None
-    from seqeval.metrics.sequence_labeling import get_entities
+    from .metrics import sentence_errors, sentence_predictions
 
     preds = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
-    if preds.ndim == 3:
-        preds = preds.argmax(-1)
-    info = evaluation.side
-    gold, pred = sentence_predictions(info, preds, list(ctx.labels or []))
-    separator = "" if (ctx.manifest.get("ner") or {}).get("word_split") == "char" else " "
-    errors = []
-    for k, (g, p) in enumerate(zip(gold, pred, strict=True)):
-        if g == p:
-            continue
-        words = info["tokens"][k]
-
-        def spans(tags: list[str], words: list[str] = words) -> list[dict[str, Any]]:
-            return [{"type": t, "start": a, "end": b + 1, "text": separator.join(words[a : b + 1])}
-                    for t, a, b in get_entities(tags)]
-
-        gold_entities, predicted = spans(g), spans(p)
-        errors.append({"row": info["rows"][k], "text": separator.join(words), "gold": gold_entities,
-                       "predicted": predicted, "missed": [e for e in gold_entities if e not in predicted],
-                       "spurious": [e for e in predicted if e not in gold_entities]})
-    return errors
+    gold, pred = sentence_predictions(evaluation.side, preds if preds.ndim == 2 else preds.argmax(-1),
+                                      list(ctx.labels or []))
+    char = (ctx.manifest.get("ner") or {}).get("word_split") == "char"
+    return sentence_errors(evaluation.side, gold, pred, "" if char else " ")
 
 
 @hookimpl

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nlptasks.plugin import NlptasksError
+
+from .align import merge
+
 SEQEVAL_SCHEME = {"BIO": "IOB2", "IOB1": "IOB1", "BIOES": "IOBES"}
 
 
@@ -42,3 +46,46 @@ def entity_report(gold: list[list[str]], pred: list[list[str]], mode: str = "def
         out[f"recall/{kind}"] = float(values["recall"])
         out[f"support/{kind}"] = float(values["support"])
     return out
+
+
+def sentence_errors(info: dict[str, Any], gold: list[list[str]], pred: list[list[str]], separator: str) -> list[dict[str, Any]]:
+    """The sentences whose predicted entities differ from the gold ones (``nlptasks eval``'s
+    errors): file row, text, gold and predicted entities (type, word span, text), and which were
+    missed and which invented."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    errors = []
+    for k, (g, p) in enumerate(zip(gold, pred, strict=True)):
+        if g == p:
+            continue
+        words = info["tokens"][k]
+
+        def spans(tags: list[str], words: list[str] = words) -> list[dict[str, Any]]:
+            return [{"type": t, "start": a, "end": b + 1, "text": separator.join(words[a : b + 1])}
+                    for t, a, b in get_entities(tags)]
+
+        gold_entities, predicted = spans(g), spans(p)
+        errors.append({"row": info["rows"][k], "text": separator.join(words), "gold": gold_entities,
+                       "predicted": predicted, "missed": [e for e in gold_entities if e not in predicted],
+                       "spurious": [e for e in predicted if e not in gold_entities]})
+    return errors
+
+
+def sentence_predictions(info: dict[str, Any], preds: Any, labels: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """Gold and predicted tags of the scored words of every sentence, from window predictions.
+
+    :param preds: predicted label ids per window and token position (``-100`` padding allowed).
+    :returns: ``(gold, predicted)``; each sentence is cut to the words some window covers (all of
+        them, unless ``options.overflow = "truncate"``).
+    """
+    windows = info["windows"]
+    if len(preds) != len(windows):
+        raise NlptasksError(f"internal error: {len(preds)} predictions for {len(windows)} windows")
+    window_preds = [[labels[int(preds[w][pos])] if pos >= 0 else None for pos in win.first] for w, win in enumerate(windows)]
+    merged = merge(windows, window_preds, info["lengths"], default="O")
+    covered = [0] * len(info["lengths"])
+    for win in windows:
+        covered[win.sentence] = max(covered[win.sentence], win.end)
+    gold = [g[:n] for g, n in zip(info["gold"], covered, strict=True)]
+    pred = [p[:n] for p, n in zip(merged, covered, strict=True)]
+    return gold, pred

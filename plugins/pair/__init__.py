@@ -29,9 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nlptasks.plugin import (
-    UNKNOWN_LABEL,
     ROW_COLUMN,
-    DataError,
     Evaluation,
     Finding,
     Problem,
@@ -42,27 +40,24 @@ from nlptasks.plugin import (
     balance,
     blank_texts,
     build_trainer,
-    classification_errors,
     classification_report,
     classification_sections,
     correlations,
     duplicates,
-    evaluate_split,
-    filter_rows,
     get_tokenizer,
     hookimpl,
     label_config,
     label_sets,
     load_model,
     make_training_arguments,
-    require_columns,
     row_numbers,
-    sort_labels,
     split_overlap,
-    train_and_evaluate,
     truncation,
 )
 from nlptasks.plugin import label_text as _label_text
+
+from .rows import class_labels, clean
+from .rows import score_value as _score
 
 
 class PairOptions(BaseModel):
@@ -171,95 +166,6 @@ def register_tasks(register: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 # Step 4: clean and tokenize
 # ---------------------------------------------------------------------------------------------
-
-
-def _score(value: Any) -> float | None:
-    import math
-
-    text = _label_text(value)
-    if text is None:
-        return None
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _row_problem(a: Any, b: Any, label: Any, opts: PairOptions) -> str | None:
-    if a is None or not str(a).strip():
-        return f"empty {opts.text_a_column}"
-    if b is None or not str(b).strip():
-        return f"empty {opts.text_b_column}"
-    if _label_text(label) is None:
-        return "no label"
-    if opts.label_type == "score" and _score(label) is None:
-        return "score is not a number"
-    return None
-
-
-def clean(ctx: RunContext, data: Any) -> Any:
-    """Check columns; drop (counted) or reject rows with an empty side or a bad label."""
-    from datasets import DatasetDict
-
-    opts: PairOptions = ctx.options
-    require_columns(ctx, data, {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column,
-                                "label_column": opts.label_column})
-
-    def problem(row: dict[str, Any]) -> str | None:
-        label = row[opts.label_column]
-        reason = _row_problem(row[opts.text_a_column], row[opts.text_b_column], label, opts)
-        if reason == "score is not a number" and opts.bad_rows == "error":
-            return f"{reason} (got {label!r})"
-        return reason
-
-    on_problem = "error" if opts.bad_rows == "error" else "drop"
-    hint = "Fix the row, or drop such rows and count them with --set options.bad_rows=skip."
-    data = DatasetDict({split: filter_rows(ctx, split, ds, problem, on_problem, hint) for split, ds in data.items()})
-    if ctx.trained_run is not None and opts.label_type == "classes":  # nlptasks eval: only the run's labels are scored
-        known = set(ctx.labels or [])
-        data = DatasetDict({split: filter_rows(ctx, split, ds, lambda row: None if _label_text(
-            row[opts.label_column]) in known else UNKNOWN_LABEL) for split, ds in data.items()})
-    return data
-
-
-def class_labels(ctx: RunContext, data: Any) -> list[str]:
-    """The class list (from options.labels or train); a label outside it names its file and row."""
-    opts: PairOptions = ctx.options
-    if ctx.trained_run is not None:  # nlptasks eval: the run's labels (rows with others were dropped)
-        return list(ctx.labels or [])
-    if opts.labels is not None:
-        labels, origin, splits = list(opts.labels), "options.labels", list(data)
-    else:
-        labels = sort_labels({_label_text(v) for v in data["train"][opts.label_column]} - {None})  # type: ignore[arg-type]
-        origin, splits = "the training data", [s for s in data if s != "train"]
-    fractional = [v for v in labels if _score(v) is not None and not float(v).is_integer()]
-    if opts.labels is None and fractional and all(_score(v) is not None for v in labels):
-        raise DataError(
-            f"the labels look like similarity scores ({len(labels)} distinct numbers such as "
-            f"{fractional[0]!r}), but options.label_type is \"classes\"",
-            path=ctx.sources.get("train"),
-            hint="Train a regression head on the scores: --set options.label_type=score",
-        )
-    if len(labels) < 2:
-        raise DataError(
-            f"the training data has a single label ({labels[0]!r}); classes need at least two "
-            "(for numeric similarity, set options.label_type = \"score\")",
-            path=ctx.sources.get("train"),
-        )
-    known = set(labels)
-    for split in splits:
-        ds = data[split]
-        for row, value in zip(ds[ROW_COLUMN], ds[opts.label_column], strict=True):
-            if _label_text(value) not in known:
-                raise DataError(
-                    f"label {_label_text(value)!r} does not occur in {origin}; known labels: {', '.join(labels)}",
-                    path=ctx.sources.get(split, split),
-                    row=row,
-                    hint="Fix the row, list every label in options.labels, or for numeric "
-                    "similarity set options.label_type = \"score\".",
-                )
-    return labels
 
 
 @hookimpl
@@ -469,21 +375,9 @@ def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
     opts: PairOptions = ctx.options
     if opts.mode != "bi" or opts.label_type != "classes":
         return None
-    from .biencoder import best_threshold
+    from .evaluation import train_with_threshold
 
-    metrics = train_and_evaluate(ctx, trainer, data)
-    fit_on = "validation" if "validation" in data and len(data["validation"]) else "train"
-    predicted = trainer.predict(data[fit_on])
-    threshold, accuracy = best_threshold(predicted.predictions, predicted.label_ids)
-    ctx.manifest["threshold"] = threshold
-    ctx.log.info("cosine threshold %.4f: accuracy %.4f on %s", threshold, accuracy, fit_on)
-    metrics.setdefault(fit_on, {}).update(threshold=threshold, accuracy=accuracy)
-    if fit_on == "validation" and "test" in data and len(data["test"]):
-        tested = trainer.predict(data["test"])
-        sim, gold = tested.predictions.reshape(-1), tested.label_ids.reshape(-1)
-        metrics["test"]["accuracy"] = float(((sim >= threshold) == (gold > 0.5)).mean())
-        metrics["test"]["threshold"] = threshold
-    return metrics
+    return train_with_threshold(ctx, trainer, data)
 
 
 @hookimpl
@@ -494,11 +388,9 @@ def nlptasks_evaluate(ctx: RunContext, trainer: Any, data: Any, split: str) -> A
     threshold = (ctx.trained_manifest or {}).get("threshold")
     if opts.mode != "bi" or opts.label_type != "classes" or threshold is None:
         return None
-    metrics = evaluate_split(trainer, data, split)
-    evaluation = ctx.evaluations[split]
-    sim, gold = evaluation.predictions.reshape(-1), evaluation.label_ids.reshape(-1)
-    metrics.update(accuracy=float(((sim >= threshold) == (gold > 0.5)).mean()), threshold=threshold)
-    return metrics
+    from .evaluation import evaluate_at_threshold
+
+    return evaluate_at_threshold(ctx, trainer, data, split, threshold)
 
 
 @hookimpl
@@ -508,22 +400,9 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
     first (a score has no *wrong*; the worst come first)."""
     if evaluation is None:
         return None
-    opts: PairOptions = ctx.options
-    side = evaluation.side
-    fields = {"text_a": side["text_a"], "text_b": side["text_b"]}
-    if opts.mode == "cross" and opts.label_type == "classes":
-        return classification_errors(evaluation, list(ctx.labels or []), fields)
-    predictions = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
-    predicted, gold = predictions.reshape(-1), evaluation.label_ids.reshape(-1)
-    rows = [{"row": side["rows"][i], "text_a": side["text_a"][i], "text_b": side["text_b"][i]} for i in range(len(gold))]
-    threshold = (ctx.trained_manifest or ctx.manifest).get("threshold")
-    if opts.label_type == "classes" and threshold is not None:
-        labels = list(ctx.labels or [])
-        return [{**r, "gold": labels[int(g > 0.5)], "predicted": labels[int(p >= threshold)], "score": round(float(p), 6)}
-                for r, p, g in zip(rows, predicted, gold, strict=True) if (p >= threshold) != (g > 0.5)]
-    out = [{**r, "gold": float(g), "predicted": round(float(p), 6), "abs_error": round(abs(float(p) - float(g)), 6)}
-           for r, p, g in zip(rows, predicted, gold, strict=True)]
-    return sorted(out, key=lambda e: -e["abs_error"])
+    from .evaluation import pair_errors
+
+    return pair_errors(ctx, evaluation)
 
 
 @hookimpl
