@@ -42,22 +42,25 @@ def run(
     return run_recipe(load(recipe, list(overrides)), progress=progress, resume=resume)
 
 
-def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = False, precision: str = "auto") -> Any:
+def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = False, precision: str = "auto",
+         backend: str = "auto") -> Any:
     """The predictor of a complete run (step 10): call it with a list of inputs (texts, or dicts
     as read from a csv/jsonl file) to get one dict per input, in order — exactly the JSON objects
     ``nlptasks infer --model RUN_DIR`` prints.  Set ``predictor.batch_size`` (and, for most tasks,
     ``predictor.max_length``) as ``infer --batch-size`` / ``--max-length`` do.  ``adapter`` /
     ``base_only`` as ``infer --adapter`` / ``--base-only`` for runs trained with ``[peft]``;
     ``precision`` as ``infer --precision`` (``auto``: bf16 on a CUDA GPU that supports it, else
-    fp32)."""
+    fp32); ``backend`` as ``infer --backend`` (``auto``: ONNX Runtime for a folder made by
+    ``nlptasks export --onnx``, torch otherwise; docs/onnx.md)."""
     from nlptasks.engine.inference import precision_for_loading
+    from nlptasks.engine.onnx_runtime import backend_for_loading
     from nlptasks.errors import NlptasksError
     from nlptasks.pipeline import load_predictor
 
     path = Path(run_dir)
     if not path.is_dir():
         raise NlptasksError(f"{path}: no such folder", hint="Pass the folder `nlptasks run` printed (runs/<task>/<name>).")
-    with precision_for_loading(precision):
+    with precision_for_loading(precision), backend_for_loading(backend):
         return load_predictor(path, adapter=adapter, base_only=base_only)
 
 

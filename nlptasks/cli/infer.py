@@ -39,6 +39,9 @@ def register(sub: Any) -> None:
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="inference dtype: auto = bf16 on a CUDA GPU that supports it, else fp32 (default: auto); "
                         "bf16 also runs on a CPU with native bf16 (AVX-512 BF16 or AMX), about twice as fast")
+    p.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
+                   help="auto (default): ONNX Runtime for a folder made by `nlptasks export --onnx`, else torch; "
+                        "onnx/torch insist (an error when the folder is the other kind)")
     p.add_argument("--chunk-rows", type=int, default=2048, metavar="N",
                    help="inputs read, predicted and written at a time when streaming a file (default: 2048)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -83,6 +86,9 @@ def cmd(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()  # its "Loading weights" bar; ours shows the long work
     set_inference_precision(args.precision)
+    from nlptasks.engine.onnx_runtime import set_inference_backend
+
+    set_inference_backend(args.backend)
     predictor = load_predictor(run_dir, adapter=args.adapter, base_only=args.base_only)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size

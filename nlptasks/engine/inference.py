@@ -27,6 +27,7 @@ __all__ = [
     "usable_positions",
     "predict_per_token",
     "prepare_for_inference",
+    "requested_precision",
     "set_inference_precision",
     "sigmoid",
     "softmax",
@@ -44,6 +45,12 @@ def set_inference_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise NlptasksError(f"precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     _precision = precision
+
+
+def requested_precision() -> str:
+    """What was asked for (``auto``, ``fp32`` or ``bf16``), before :func:`inference_precision`
+    resolves it for this machine."""
+    return _precision
 
 
 @contextlib.contextmanager

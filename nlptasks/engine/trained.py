@@ -38,13 +38,23 @@ def load_trained_model(
     (:func:`nlptasks.engine.inference.prepare_for_inference`: a CUDA GPU when there is one, bf16
     where it supports it); without, it stays as saved, on the CPU.
 
+    A folder exported by ``nlptasks export --onnx`` (manifest ``"backend": "onnx"``) loads as an
+    :class:`nlptasks.engine.onnx_runtime.OnnxModel` that predictors call like the transformers
+    model (``auto_class`` is then not needed: the export recorded the model's outputs); the
+    backend setting (``infer --backend``) is checked by
+    :func:`nlptasks.engine.onnx_runtime.chosen_backend`.
+
     :returns: a run without ``[peft]``: ``auto_class.from_pretrained(run_dir)``.  An adapter run:
         the base (from ``base/``, or ``model.name_or_path`` with the head settings saved in
         ``base/``) with the adapter loaded as a ``peft.PeftModel``, or the base alone.
     """
-    import transformers
+    from nlptasks.engine.onnx_runtime import chosen_backend, load_onnx_model
 
     run_dir = Path(run_dir)
+    if chosen_backend(run_dir, manifest) == "onnx":
+        return load_onnx_model(run_dir, manifest, adapter, base_only)
+    import transformers
+
     cls = getattr(transformers, auto_class, None)
     if cls is None:
         raise NlptasksError(f"internal error: transformers has no class {auto_class!r}")

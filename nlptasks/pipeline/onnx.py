@@ -1,0 +1,180 @@
+"""``nlptasks export RUN --onnx OUT``: the export (:func:`nlptasks.engine.onnx_export.export_onnx`)
+and its measurement through the task's own predictor.
+
+After exporting, the run's predictor is loaded twice, on the torch run and on the ONNX folder, and
+called on the inputs of the run's test file (up to ``rows``; validation, then train, when the run
+had no test file): every result is compared field by field.  Measured, and written into the
+exported manifest (``onnx.measured``) and model card:
+
+* ``changed``: inputs whose discrete results (labels, tags, entity types and spans: every value
+  that is not a float) differ between torch and ONNX;
+* ``max_score_diff``: the largest difference of any float (scores, similarities);
+* ``gold``: for each result field that the file's rows also hold (a ``label`` column, ner's
+  ``tags``), the accuracy of torch and of ONNX against the file and the change in points (lists
+  such as tags count element by element).  A field equal to the file's in every row for both
+  backends is left out: the input's echo (the text, the tokens), or nothing to report.
+
+``export`` warns when a gold accuracy drops by more than ``max_drop`` points.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nlptasks.engine.onnx_export import DEFAULT_OPSET, export_onnx
+from nlptasks.engine.onnx_runtime import backend_for_loading
+from nlptasks.engine.rundir import MANIFEST, write_json, write_text_atomic
+from nlptasks.pipeline.predict import load_predictor
+
+__all__ = ["compare_results", "export_and_measure", "measure", "test_rows"]
+
+
+def test_rows(manifest: dict[str, Any], limit: int) -> tuple[str | None, list[Any]]:
+    """``(file, rows)``: up to ``limit`` rows of the run's test file (else validation, else train),
+    as the dicts a predictor takes; ``(None, [])`` when none is a local file."""
+    from nlptasks.engine.streaming import iter_file
+
+    sources = (manifest.get("data") or {}).get("sources") or {}
+    for split in ("test", "validation", "train"):
+        source = sources.get(split)
+        if not isinstance(source, str) or not Path(source).is_file():
+            continue
+        rows = []
+        try:
+            for row in iter_file(Path(source)):
+                rows.append(row)
+                if len(rows) >= limit:
+                    break
+        except Exception:  # noqa: BLE001 - a format the generic reader does not know: no measurement
+            continue
+        if rows:
+            return source, rows
+    return None, []
+
+
+def _discrete(value: Any) -> Any:
+    """``value`` without its floats (what must be equal between backends)."""
+    if isinstance(value, dict):
+        return {k: _discrete(v) for k, v in value.items() if not isinstance(v, float)}
+    if isinstance(value, list):
+        return [_discrete(v) for v in value if not isinstance(v, float)]
+    return value
+
+
+def _float_gap(a: Any, b: Any) -> float:
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return max((_float_gap(a[k], b[k]) for k in a.keys() & b.keys()), default=0.0)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return max((_float_gap(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
+    return 0.0
+
+
+def _hits(predicted: Any, gold: Any) -> tuple[int, int]:
+    if isinstance(gold, list) and isinstance(predicted, list):
+        return sum(p == g for p, g in zip(predicted, gold, strict=False)), len(gold)
+    return int(str(predicted) == str(gold)), 1
+
+
+def compare_results(rows: list[Any], torch_results: list[dict[str, Any]], onnx_results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures described in the module docstring, for results of the same inputs."""
+    changed = sum(_discrete(a) != _discrete(b) for a, b in zip(torch_results, onnx_results, strict=True))
+    gap = max((_float_gap(a, b) for a, b in zip(torch_results, onnx_results, strict=True)), default=0.0)
+    gold: dict[str, Any] = {}
+    keys = {k for row, r in zip(rows, torch_results, strict=True) if isinstance(row, dict) for k in r.keys() & row.keys()}
+    for key in sorted(keys):
+        counts = {"torch": [0, 0], "onnx": [0, 0]}
+        echo = True
+        for row, a, b in zip(rows, torch_results, onnx_results, strict=True):
+            if not isinstance(row, dict) or key not in row or key not in a:
+                continue
+            for name, result in (("torch", a), ("onnx", b)):
+                hit, total = _hits(result.get(key), row[key])
+                counts[name][0] += hit
+                counts[name][1] += total
+            echo = echo and a[key] == row[key] == b[key]
+        if echo or not counts["torch"][1]:
+            continue
+        t, o = (counts[n][0] / counts[n][1] for n in ("torch", "onnx"))
+        gold[key] = {"torch": round(t, 6), "onnx": round(o, 6), "change_points": round(100 * (o - t), 4),
+                     "items": counts["torch"][1]}
+    return {"inputs": len(rows), "changed": changed, "max_score_diff": gap, "gold": gold}
+
+
+def measure(run_dir: Path, out: Path, rows_limit: int = 2000) -> dict[str, Any]:
+    """Compare the torch run and its ONNX export through the task's predictor on the run's test
+    inputs (see the module docstring)."""
+    from nlptasks.engine.inference import precision_for_loading
+    from nlptasks.engine.rundir import read_manifest
+
+    source, rows = test_rows(read_manifest(run_dir), rows_limit)
+    if not rows:
+        return {"inputs": 0, "note": "the run has no local test, validation or train file to measure on"}
+    with precision_for_loading("fp32"), backend_for_loading("torch"):
+        torch_predictor = load_predictor(run_dir)
+    with backend_for_loading("onnx"):
+        onnx_predictor = load_predictor(out)
+    result = compare_results(rows, torch_predictor(rows), onnx_predictor(rows))
+    result["file"] = source
+    return result
+
+
+def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
+    info = manifest["onnx"]
+    sizes = ", ".join(f"{k.replace('_bytes', '')} {v / 1e6:.2f} MB" for k, v in info["sizes"].items())
+    lines = [
+        f"# ONNX export of `{run_dir.name}`",
+        "",
+        f"Exported from `{info['exported_from']}` by `nlptasks export --onnx` ({info['exporter']}), opset "
+        f"{info['opset']}, quantization **{info['quantize']}**; file sizes: {sizes}.",
+        f"Inputs {', '.join(info['inputs'])} (dynamic batch and sequence); outputs "
+        + ", ".join(f"{k} {v}" for k, v in info["outputs"].items()) + ".",
+        f"Graph check against torch: largest difference {info['check']['max_abs_diff']:.1e} at shapes "
+        f"{info['check']['shapes']}.",
+        "",
+    ]
+    measured = info.get("measured") or {}
+    if measured.get("inputs"):
+        lines += [
+            f"## Measured on {measured['inputs']} inputs of `{measured['file']}`",
+            "",
+            f"- predictions that differ from torch: **{measured['changed']}** of {measured['inputs']}",
+            f"- largest score difference: {measured['max_score_diff']:.2e}",
+        ]
+        if measured["gold"]:
+            lines += ["", "| field | torch | ONNX | change (points) |", "|---|---|---|---|"]
+            lines += [f"| {k} | {v['torch']:.4f} | {v['onnx']:.4f} | {v['change_points']:+.2f} |"
+                      for k, v in measured["gold"].items()]
+    else:
+        lines.append(f"Not measured: {measured.get('note', 'no inputs')}.")
+    lines += ["", "## Use", "", "```bash", f"nlptasks infer --model {out} \"...\"   # ONNX Runtime, picked automatically",
+              "```", "", "```python", "import nlptasks", "", f"predict = nlptasks.load({str(out)!r})", "```", ""]
+    original = run_dir / "README.md"
+    if original.exists():
+        lines += ["---", "", "The card of the exported run follows.", "", original.read_text(encoding="utf-8")]
+    return "\n".join(lines)
+
+
+def export_and_measure(run_dir: Path, out: Path, quantize: str = "none", opset: int = DEFAULT_OPSET,
+                       adapter: str | None = None, rows: int = 2000, max_drop: float = 1.0) -> tuple[dict[str, Any], list[str]]:
+    """Export, measure (:func:`measure`) and write the figures into ``OUT``'s manifest and card.
+
+    Returns ``(manifest, warnings)``: a warning per gold accuracy that drops by more than
+    ``max_drop`` points, and for fp32 per changed prediction count."""
+    manifest = export_onnx(run_dir, out, quantize=quantize, opset=opset, adapter=adapter)
+    measured = measure(run_dir, out, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
+    manifest["onnx"]["measured"] = measured
+    write_json(out / MANIFEST, manifest)
+    write_text_atomic(out / "README.md", _card(run_dir, out, manifest))
+    warnings = []
+    for key, figures in measured.get("gold", {}).items():
+        if -figures["change_points"] > max_drop:
+            warnings.append(f"{quantize} ONNX loses {-figures['change_points']:.2f} points of {key} accuracy on "
+                            f"{measured['file']} (torch {figures['torch']:.4f}, ONNX {figures['onnx']:.4f}); "
+                            f"--max-drop is {max_drop}")
+    if quantize == "none" and measured.get("changed"):
+        warnings.append(f"fp32 ONNX changes {measured['changed']} of {measured['inputs']} predictions "
+                        "(expected 0: please report it)")
+    return manifest, warnings

@@ -1,0 +1,172 @@
+"""``nlptasks export RUN --onnx OUT`` and the ONNX Runtime backend: fp32 exports predict exactly
+what the torch run predicts (labels, entities, similarities; scores within 1e-4) through every
+task's own predictor, at any batch size and length; int8 exports run, mostly agree and are smaller;
+adapter runs export merged; generation is refused; the backend choice errors are clear."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from test_parity import CLS_TEXTS, PAIRS, TINY_DECODER, train  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return tmp_path_factory.mktemp("onnx-runs")
+
+
+_RUNS: dict[str, Path] = {}
+
+
+def _run(runs: Path, key: str, recipe: str, *sets: str, **kw) -> Path:  # noqa: ANN003
+    if key not in _RUNS or not _RUNS[key].exists():
+        _RUNS[key] = train(runs, recipe, key, *sets, **kw)
+    return _RUNS[key]
+
+
+def export(cli, run_dir: Path, out: Path, *extra: str) -> tuple[dict, str, str]:
+    code, stdout, stderr = cli("export", run_dir, "--onnx", out, *extra)
+    assert code == 0, stderr
+    return json.loads((out / "nlptasks.json").read_text(encoding="utf-8")), stdout, stderr
+
+
+def both(run_dir: Path, out: Path, inputs: list, batch_size: int = 32) -> tuple[list, list]:
+    import nlptasks
+
+    torch_predictor = nlptasks.load(run_dir, backend="torch", precision="fp32")
+    onnx_predictor = nlptasks.load(out)
+    assert type(onnx_predictor.model).__name__ == "OnnxModel"
+    torch_predictor.batch_size = onnx_predictor.batch_size = batch_size
+    return torch_predictor(inputs), onnx_predictor(inputs)
+
+
+def near(a: list[float], b: list[float], tol: float = 1e-4) -> None:
+    assert a == pytest.approx(b, abs=tol)
+
+
+def test_cls_fp32_equal_and_int8_smaller(runs, cli, tmp_path):
+    run_dir = _run(runs, "cls", "cls.toml", "data.max_train_rows=300")
+    manifest, stdout, _ = export(cli, run_dir, tmp_path / "fp32")
+    info = manifest["onnx"]
+    assert manifest["backend"] == "onnx" and info["quantize"] == "none" and info["opset"] == 17
+    assert info["outputs"] == {"logits": ["batch", 2]}
+    assert info["check"]["max_abs_diff"] < 1e-4
+    assert info["measured"]["inputs"] == 200 and info["measured"]["changed"] == 0
+    assert info["measured"]["gold"]["label"]["change_points"] == 0
+    assert "0 predictions differ" in stdout
+    assert (tmp_path / "fp32" / "COMPLETE").exists() and "ONNX export" in (tmp_path / "fp32" / "README.md").read_text()
+    for batch_size in (1, 7, 64):  # dynamic batch; texts from 1 character to past max_length
+        a, b = both(run_dir, tmp_path / "fp32", CLS_TEXTS, batch_size)
+        assert [r["label"] for r in a] == [r["label"] for r in b]
+        near([r["score"] for r in a], [r["score"] for r in b])
+
+    manifest8, _, _ = export(cli, run_dir, tmp_path / "int8", "--quantize", "int8")
+    sizes = manifest8["onnx"]["sizes"]
+    assert sizes["int8_bytes"] < 0.7 * sizes["fp32_bytes"]
+    assert (tmp_path / "int8" / "model.onnx").stat().st_size == sizes["int8_bytes"]
+    assert not (tmp_path / "int8" / "model-fp32.onnx").exists()
+    a, b = both(run_dir, tmp_path / "int8", CLS_TEXTS)
+    same = sum(x["label"] == y["label"] for x, y in zip(a, b, strict=True))
+    assert same >= 0.9 * len(a)
+    assert manifest8["onnx"]["measured"]["changed"] <= 0.1 * manifest8["onnx"]["measured"]["inputs"]
+
+    code, out, _ = cli("infer", "--model", tmp_path / "int8", "服务很好")  # the CLI picks ONNX by itself
+    assert code == 0 and json.loads(out)["label"] in manifest["labels"]
+
+
+def test_ner_windows_and_offsets(runs, cli, tmp_path):
+    run_dir = _run(runs, "ner", "ner.toml", "data.max_train_rows=300")
+    manifest, _, _ = export(cli, run_dir, tmp_path / "ner")
+    assert manifest["onnx"]["outputs"]["logits"][:2] == ["batch", "sequence"]
+    measured = manifest["onnx"]["measured"]
+    assert measured["changed"] == 0 and "tags" in measured["gold"]
+    long = "张伟在华星科技公司工作，后来去了北京大学读书。" * 6  # windowed: longer than max_length
+    texts = ["小明在北京大学读书", long, "", "李娜去了杭州", {"tokens": list("王芳在上海")}, long[:70], "张"]
+    for batch_size in (1, 7):
+        a, b = both(run_dir, tmp_path / "ner", texts, batch_size)
+        for x, y in zip(a, b, strict=True):
+            assert [(e["type"], e["start"], e["end"]) for e in x["entities"]] == [
+                (e["type"], e["start"], e["end"]) for e in y["entities"]]
+            near([e["score"] for e in x["entities"]], [e["score"] for e in y["entities"]])
+            assert x.get("tags") == y.get("tags")
+    code, out, _ = cli("infer", "--model", tmp_path / "ner", "--format", "conll", "--file",
+                       _conll(tmp_path / "in.conll"))
+    assert code == 0 and len(out.strip().splitlines()) == 5
+
+
+def _conll(path: Path) -> Path:
+    path.write_text("\n".join("王芳在上海") + "\n", encoding="utf-8")
+    return path
+
+
+def test_pair_cross_encoder(runs, cli, tmp_path):
+    run_dir = _run(runs, "cross", "pair.toml", "data.max_train_rows=400")
+    export(cli, run_dir, tmp_path / "cross")
+    a, b = both(run_dir, tmp_path / "cross", PAIRS, 4)
+    assert [r["label"] for r in a] == [r["label"] for r in b]
+    near([r["score"] for r in a], [r["score"] for r in b])
+
+
+def test_pair_bi_encoder_and_ranking(runs, cli, tmp_path):
+    import nlptasks
+
+    run_dir = _run(runs, "bi", "pair.toml", "options.mode=bi", "data.max_train_rows=400")
+    manifest, _, _ = export(cli, run_dir, tmp_path / "bi")
+    assert "last_hidden_state" in manifest["onnx"]["outputs"]
+    a, b = both(run_dir, tmp_path / "bi", PAIRS, 4)
+    assert [r.get("label") for r in a] == [r.get("label") for r in b]
+    near([r["similarity"] for r in a], [r["similarity"] for r in b])
+    queries, candidates = [x for x, _ in PAIRS], [y for _, y in PAIRS]
+    ranked = [nlptasks.load(d, **kw).rank(queries, candidates, top_k=3)
+              for d, kw in ((run_dir, {"backend": "torch"}), (tmp_path / "bi", {}))]
+    for x, y in zip(*ranked, strict=True):
+        assert [c["candidate"] for c in x["results"]] == [c["candidate"] for c in y["results"]]
+
+
+def test_lora_run_exports_merged(runs, cli, tmp_path):
+    run_dir = _run(runs, "lora", "cls.toml", "data.max_train_rows=300", "peft.method=lora")
+    manifest, _, _ = export(cli, run_dir, tmp_path / "lora")
+    assert "peft" not in manifest and manifest["merged_from"]["method"] == "lora"
+    assert manifest["onnx"]["measured"]["changed"] == 0
+    a, b = both(run_dir, tmp_path / "lora", CLS_TEXTS, 7)
+    assert [r["label"] for r in a] == [r["label"] for r in b]
+    near([r["score"] for r in a], [r["score"] for r in b])
+
+
+def test_backend_choice_errors(runs, cli, tmp_path):
+    run_dir = _run(runs, "cls", "cls.toml", "data.max_train_rows=300")
+    code, _, err = cli("infer", "--model", run_dir, "--backend", "onnx", "好")
+    assert code != 0 and "nlptasks export" in err and "--onnx OUT" in err
+    export(cli, run_dir, tmp_path / "x", "--check-rows", "0")
+    code, _, err = cli("infer", "--model", tmp_path / "x", "--backend", "torch", "好")
+    assert code != 0 and "no torch weights" in err and str(run_dir.resolve()) in err
+    code, _, err = cli("export", run_dir, "--onnx", tmp_path / "x")
+    assert code != 0 and "not empty" in err
+    with pytest.raises(SystemExit):  # argparse: exactly one of --merge and --onnx
+        cli("export", run_dir, "--onnx", tmp_path / "y", "--merge", tmp_path / "z")
+
+
+def test_missing_onnxruntime_is_a_clear_error(monkeypatch, tmp_path):
+    import sys
+
+    from nlptasks.engine.onnx_runtime import require_onnxruntime
+    from nlptasks.errors import NlptasksError
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(NlptasksError) as info:
+        require_onnxruntime()
+    assert 'pip install "nlptasks[onnx]"' in str(info.value.hint)
+
+
+def test_sft_is_refused_with_the_reason(runs, cli, tmp_path):
+    run_dir = _run(runs, "sft", "sft.toml", "peft.method=none", "data.max_train_rows=16", "data.test=",
+                   "options.generation_eval.rows=1", "options.generation_eval.max_new_tokens=2", tiny=TINY_DECODER)
+    code, _, err = cli("export", run_dir, "--onnx", tmp_path / "sft")
+    assert code != 0 and "generat" in err and "KV cache" in err
+    assert not (tmp_path / "sft" / "COMPLETE").exists()
