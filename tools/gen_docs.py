@@ -596,10 +596,11 @@ EXIT_CODES = [
 
 
 def env_vars() -> list[tuple[str, str]]:
-    """The environment variables documented in ``nlptasks/host.py``'s module docstring."""
-    from nlptasks import host
+    """The environment variables documented in the module docstrings of ``nlptasks/host.py``
+    (plugin loading) and ``nlptasks/serve/__init__.py`` (the server)."""
+    from nlptasks import host, serve
 
-    doc = inspect.cleandoc(host.__doc__ or "")
+    doc = "\n".join(inspect.cleandoc(m.__doc__ or "") + "\n" for m in (host, serve))
     found = re.findall(r"^``(\w+)``\n((?:[ \t]+.*\n?)+)", doc, re.M)
     return [(name, " ".join(line.strip() for line in body.splitlines())) for name, body in found]
 
@@ -608,7 +609,7 @@ def gen_cli() -> str:
     from nlptasks.cli import build_parser
 
     parser = build_parser()
-    out = [header("nlptasks/cli/ and nlptasks/host.py"), "# Command-line reference", ""]
+    out = [header("nlptasks/cli/, nlptasks/host.py and nlptasks/serve/"), "# Command-line reference", ""]
     out += [
         "Everything `nlptasks` does is one of the subcommands below. Each section is the command's",
         "`--help` output.",

