@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
+from conftest import ROOT  # noqa: E402
 from test_parity import CLS_TEXTS, PAIRS, TINY_DECODER, train  # noqa: E402
 
 
@@ -170,3 +171,26 @@ def test_sft_is_refused_with_the_reason(runs, cli, tmp_path):
     code, _, err = cli("export", run_dir, "--onnx", tmp_path / "sft")
     assert code != 0 and "generat" in err and "KV cache" in err
     assert not (tmp_path / "sft" / "COMPLETE").exists()
+
+
+def test_serve_takes_the_export_and_eval_says_what_to_do(runs, cli, tmp_path):
+    """The exported folder is a run `nlptasks serve` serves (through the same predictor, on
+    onnxruntime), answering what infer prints; `nlptasks eval` names the torch run to score."""
+    from fastapi.testclient import TestClient
+
+    from nlptasks.serve.app import create_app
+    from nlptasks.serve.models import load_models
+    from nlptasks.serve.state import ServerState
+
+    run_dir = _run(runs, "cls", "cls.toml", "data.max_train_rows=300")
+    export(cli, run_dir, tmp_path / "fp32")
+    models = load_models([tmp_path / "fp32"], ["exported"])
+    assert type(models["exported"].predictor.model).__name__ == "OnnxModel"
+    with TestClient(create_app(ServerState(models))) as client:
+        answer = client.post("/v1/predict/exported", json={"inputs": CLS_TEXTS[:5]})
+    assert answer.status_code == 200, answer.text
+    import nlptasks
+
+    assert answer.json()["outputs"] == nlptasks.load(tmp_path / "fp32")(CLS_TEXTS[:5])
+    code, _, err = cli("eval", tmp_path / "fp32", "--data", ROOT / "recipes" / "data" / "cls" / "test.csv")
+    assert code != 0 and "an ONNX export" in err and f"nlptasks eval {run_dir.resolve()}" in err, err
