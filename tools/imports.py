@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pipeline", ("nlptasks.pipeline",)),
     ("plan", ("nlptasks.plan",)),
     ("python API", ("nlptasks.api",)),
+    ("hyperparameter search", ("nlptasks.tune",)),
     ("HTTP server", ("nlptasks.serve",)),
     ("CLI", ("nlptasks.cli",)),
     ("testing", ("nlptasks.testing",)),

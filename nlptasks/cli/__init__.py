@@ -29,6 +29,7 @@ from nlptasks.cli import (
     run,
     schema,
     serve,
+    tune,
     validate,
 )
 from nlptasks.cli._common import add_recipe_arguments
@@ -54,12 +55,13 @@ examples:
   nlptasks check recipes/ner.toml                    find problems in a recipe's data before training
   nlptasks plan recipes/cls.toml --gpu-mem 24GiB     estimate memory per ladder rung; pick one that fits
   nlptasks bench ladder recipes/cls.toml --steps 5   measure memory and speed of every ladder rung
+  nlptasks tune recipes/cls.toml --trials 8          search the recipe's [tune.space] with Optuna
   nlptasks plugins                                   list plugins, tasks and hooks
 """
 
 
 COMMANDS = (run, validate, check, infer, evaluate, compare, inspect_batch, add_adapter, export, serve, plan, bench,
-            plugins, schema)
+            tune, plugins, schema)
 """The command modules, in the order ``nlptasks --help`` lists them."""
 
 

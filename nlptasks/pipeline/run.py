@@ -50,12 +50,15 @@ def run(
     host: Host | None = None,
     progress: bool = True,
     resume: bool | str | Path = False,
+    run_dir: str | Path | None = None,
 ) -> RunResult:
     """Run a recipe through the ten steps and save the run; return its directory and metrics.
 
     :param resume: continue an incomplete run of this recipe from its last complete checkpoint
         (``nlptasks run --resume``): ``True`` for the latest one under ``<output.dir>/<task>``,
         or the run folder.  A run whose recipe differs is refused, naming the keys that differ.
+    :param run_dir: write the run to this folder (which must not exist yet) instead of
+        ``<output.dir>/<task>/<run_name>`` (``nlptasks tune`` puts each trial in its study folder).
     """
     host = host or get_host()
     loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
@@ -76,6 +79,10 @@ def run(
     resuming = resume is not False and resume is not None
 
     def pick_run_dir() -> tuple[Path, Path | None]:
+        if run_dir is not None and not resuming:
+            if Path(run_dir).exists():
+                raise NlptasksError(f"{run_dir} already exists: a new run needs a new folder")
+            return Path(run_dir), None
         if not resuming:
             return run_dir_for(loaded), None
         from nlptasks.engine.resume import find_run, latest_checkpoint

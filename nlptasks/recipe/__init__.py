@@ -31,7 +31,9 @@ from nlptasks.recipe.schema import (
     SplitConfig,
     TrainConfig,
 )
-from nlptasks.recipe.toml import dump_toml, parse_override, read_toml
+from nlptasks.recipe.space import objective_of
+from nlptasks.recipe.toml import dump_toml, override_text, parse_override, read_toml
+from nlptasks.recipe.tuning import TuneConfig, TuneDistribution
 
 __all__ = [
     "CUDA_ONLY_OPTIMIZERS",
@@ -48,8 +50,12 @@ __all__ = [
     "SplitConfig",
     "TaskRegistry",
     "TrainConfig",
+    "TuneConfig",
+    "TuneDistribution",
     "dump_toml",
     "load_recipe",
+    "objective_of",
+    "override_text",
     "parse_override",
     "problems_from",
     "read_toml",

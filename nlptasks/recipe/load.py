@@ -29,6 +29,7 @@ from nlptasks.recipe.rules import (
     value_problems,
 )
 from nlptasks.recipe.schema import PATH_KEYS, PEFT_METHOD_KEYS, Recipe
+from nlptasks.recipe.space import quote_space_keys, space_problems, tune_metric_problems
 from nlptasks.recipe.toml import apply_override, parse_override, read_toml
 from nlptasks.types import TaskSpec
 
@@ -223,9 +224,13 @@ def load_recipe(
         problems += combination_problems(recipe)
         if spec is not None and options is not None:
             problems += metric_problems(recipe, spec, options)
+            problems += tune_metric_problems(recipe, spec, options)
+            if not problems and recipe.tune is not None:  # each searched key, as a trial would set it
+                problems += space_problems(recipe, _checker(path, raw, host))
         _resolve_paths(recipe, base, overridden)
         if check_files:
             problems += _missing_files(recipe)
+    problems = quote_space_keys(problems, raw)
 
     if problems:
         hint = None
@@ -237,6 +242,23 @@ def load_recipe(
     return LoadedRecipe(
         recipe=recipe, task=spec, options=options, path=Path(path) if path else None, raw=raw, notes=notes
     )
+
+
+def _checker(path: str | Path | None, raw: dict[str, Any], host: TaskRegistry) -> Any:
+    """``check(key parts, value)`` for :func:`space_problems`: the problems of this recipe, without
+    its ``[tune]`` table, with one override applied."""
+
+    def check(parts: list[str], value: Any) -> list[Problem]:
+        trial = json.loads(json.dumps(raw, default=str))
+        trial.pop("tune", None)
+        try:
+            apply_override(trial, parts, value)
+            load_recipe(path, (), host=host, raw=trial, check_files=False)
+        except RecipeError as exc:
+            return exc.problems or [Problem("", exc.message)]
+        return []
+
+    return check
 
 
 def _resolve_paths(recipe: Recipe, base: Path, overridden: set[str]) -> None:

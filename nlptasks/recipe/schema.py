@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nlptasks.recipe.tuning import TuneConfig, TuneDistribution
+
 __all__ = [
     "CUDA_ONLY_OPTIMIZERS",
     "PATH_KEYS",
@@ -24,6 +26,8 @@ __all__ = [
     "ScratchConfig",
     "SplitConfig",
     "TrainConfig",
+    "TuneConfig",
+    "TuneDistribution",
 ]
 
 PATH_KEYS = ("data.train", "data.validation", "data.test")
@@ -464,5 +468,10 @@ class Recipe(Section):
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="Task options, validated by the task's plugin."
+    )
+    tune: TuneConfig | None = Field(
+        None,
+        description="Hyperparameter search for `nlptasks tune` (see [tune], docs/tune.md); `nlptasks run` "
+        "ignores it.",
     )
 

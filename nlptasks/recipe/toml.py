@@ -12,7 +12,7 @@ from typing import Any
 
 from nlptasks.errors import NlptasksError, Problem, RecipeError
 
-__all__ = ["apply_override", "dump_toml", "parse_override", "read_toml"]
+__all__ = ["apply_override", "dump_toml", "override_text", "parse_override", "read_toml"]
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -35,6 +35,12 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     except tomllib.TOMLDecodeError:
         value = text
     return parts, value
+
+
+def override_text(key: str, value: Any) -> str:
+    """``("train.learning_rate", 3e-05)`` → ``"train.learning_rate=3e-05"``: the ``--set`` text that
+    :func:`parse_override` reads back as the same key and value."""
+    return f"{key}={_toml_value(value)}"
 
 
 def apply_override(raw: dict[str, Any], parts: list[str], value: Any) -> None:
