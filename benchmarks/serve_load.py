@@ -23,7 +23,7 @@ than queueing everything.
 Without ``--model`` it first fine-tunes MiniLM on the first ``--train-rows`` SST-2 training rows
 (the point is speed and label identity, not accuracy).
 
-    OMP_NUM_THREADS=1 python benchmarks/serve_load.py --docs
+    OMP_NUM_THREADS=2 python benchmarks/serve_load.py --train-rows 256 --threads 2 --docs
     OMP_NUM_THREADS=1 python benchmarks/serve_load.py --train-rows 64 --seconds 2 --clients 1,8 \\
         --docs --docs-file /tmp/benchmarks.md        # smoke run: small, into a copy of the docs
 """
