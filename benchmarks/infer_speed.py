@@ -8,7 +8,11 @@ Same trained model (MiniLM-L6 fine-tuned on SST-2 with ``recipes/sst2-minilm.tom
 * ``nlptasks, batch 1`` — the same predictor one sentence at a time (the parity reference);
 * ``pipeline, batch 1`` and ``pipeline, batch 32`` — ``transformers.pipeline("text-classification")``;
 * ``nlptasks --precision bf16`` — the first row in bf16, where the machine computes in it natively
-  (a CUDA GPU with bf16, or a CPU with AVX-512 BF16 / AMX), with its labels against fp32.
+  (a CUDA GPU with bf16, or a CPU with AVX-512 BF16 / AMX), with its labels against fp32;
+* ``ONNX Runtime fp32 / int8`` — the run exported with ``nlptasks export --onnx`` (``--quantize
+  int8``), the same stream through ``nlptasks.load(EXPORT)``: texts/s, labels against torch fp32,
+  test accuracy, export time and file size (issue 19's goals: int8 ≥ 6x pipeline batch 1 and ≥ 3x
+  batch 32 within 0.5 accuracy points; fp32 ≥ 4x pipeline batch 1 with identical labels).
 
 It prints texts/s for each, our speed-up over each pipeline setting (goals: >= 4x over batch 1,
 >= 1.5x over batch 32), and how many labels differ between batched and one-at-a-time (ours must
@@ -116,6 +120,8 @@ def main() -> int:
         bf16["max_score_vs_fp32"] = max(abs(a["score"] - b["score"]) for a, b in zip(rows, ours, strict=True))
         del half
 
+    onnx = _onnx_rows(run_dir, work, args.data, texts, ours) if _has_onnxruntime() else {}
+
     pipe = pipeline("text-classification", model=str(run_dir), device=-1)
     pipe(texts[:32], batch_size=32)  # warm-up
     timings, pipe_labels = {}, {}
@@ -146,17 +152,95 @@ def main() -> int:
     max_score_diff = max(abs(a["score"] - b["score"]) for a, b in zip(ours, one, strict=True))
     if bf16:
         rate["bf16"] = n / bf16["seconds"]
+    for kind, o in onnx.items():
+        rate[f"onnx_{kind}"] = n / o["seconds"]
+    gold = _gold_labels(args.data)
+    accuracy = {"torch fp32": _accuracy(ours_labels, gold)} if gold else {}
+    for kind, o in onnx.items():
+        if gold:
+            accuracy[f"onnx {kind}"] = _accuracy(o["labels"], gold)
+        o.pop("labels")
     figures = {
         "command": info.command, "header": info.header(),
         "threads": args.threads, "texts": n, "model": str(run_dir), "rates": rate, "label_differences": diffs,
         "max_score_difference_batched_vs_one": max_score_diff,
         "speedup_vs_pipeline_b1": rate["ours"] / rate["pipe_b1"], "speedup_vs_pipeline_b32": rate["ours"] / rate["pipe_b32"],
-        "bf16": bf16,
+        "bf16": bf16, "onnx": onnx, "accuracy": accuracy,
     }
     _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0 if goals_met(figures) else 1
+
+
+def _has_onnxruntime() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _onnx_rows(run_dir: Path, work: Path, data: Path, texts: list[str], ours: list[dict]) -> dict:
+    """``nlptasks export --onnx`` in fp32 and int8 (timed, file sizes), then the same stream
+    through each export (``nlptasks.load`` picks onnxruntime): texts/s, labels against torch fp32."""
+    import nlptasks
+    from nlptasks.engine.onnx_export import export_onnx
+    from nlptasks.engine.streaming import JsonlWriter, iter_file, stream_predictions
+
+    rows: dict = {}
+    for kind in ("fp32", "int8"):
+        out = work / f"onnx-{kind}"
+        start = time.perf_counter()
+        manifest = export_onnx(run_dir, out, quantize="none" if kind == "fp32" else "int8")
+        export_s = time.perf_counter() - start
+        predictor = nlptasks.load(out)
+        predictor([t for t in texts[:32]])  # warm-up
+        path = work / f"onnx-{kind}.jsonl"
+        with path.open("w", encoding="utf-8") as fh:
+            predictor.batch_size = 32
+            start = time.perf_counter()
+            stream_predictions(predictor, iter_file(data), JsonlWriter(fh).write)
+            seconds = time.perf_counter() - start
+        results = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        predictor.batch_size = 1
+        start = time.perf_counter()
+        for t in texts:
+            predictor([t])
+        one_s = time.perf_counter() - start
+        rows[kind] = {
+            "seconds": seconds, "one_at_a_time_seconds": one_s, "export_seconds": round(export_s, 1),
+            "bytes": (out / "model.onnx").stat().st_size,
+            "vs_torch_fp32": sum(a["label"] != b["label"] for a, b in zip(results, ours, strict=True)),
+            "max_score_vs_torch": max(abs(a["score"] - b["score"]) for a, b in zip(results, ours, strict=True)),
+            "labels": [r["label"] for r in results], "weights": manifest["onnx"].get("weight_type"),
+        }
+    return rows
+
+
+def _gold_labels(data: Path) -> list[str] | None:
+    with data.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [str(r["label"]) for r in rows] if rows and "label" in rows[0] else None
+
+
+def _accuracy(predicted: list[str], gold: list[str]) -> float:
+    return sum(str(p) == g for p, g in zip(predicted, gold, strict=True)) / len(gold)
+
+
+def onnx_goals(f: dict) -> str:
+    """Issue 19's goals, each with its figure."""
+    r, o, acc = f["rates"], f.get("onnx") or {}, f.get("accuracy") or {}
+    if not o:
+        return "ONNX rows: onnxruntime is not installed (`pip install \"nlptasks[onnx]\"`)."
+    int8_b1, int8_b32 = r["onnx_int8"] / r["pipe_b1"], r["onnx_int8"] / r["pipe_b32"]
+    drop = 100 * (acc.get("torch fp32", 0) - acc.get("onnx int8", 0))
+    fp32_b1 = r["onnx_fp32"] / r["pipe_b1"]
+    met = lambda ok: "met" if ok else "**not met**"  # noqa: E731
+    return (f"ONNX goals: int8 ≥ 6x pipeline batch 1 ({int8_b1:.2f}x, {met(int8_b1 >= 6)}) and ≥ 3x batch 32 "
+            f"({int8_b32:.2f}x, {met(int8_b32 >= 3)}) with accuracy within 0.5 points of fp32 ({drop:+.2f} points, "
+            f"{met(abs(drop) <= 0.5)}); fp32 ≥ 4x pipeline batch 1 ({fp32_b1:.2f}x, {met(fp32_b1 >= 4)}) with 0 labels "
+            f"different from torch fp32 ({o['fp32']['vs_torch_fp32']}, {met(o['fp32']['vs_torch_fp32'] == 0)}).")
 
 
 def goals_met(f: dict) -> bool:
@@ -204,6 +288,11 @@ def render(f: dict) -> str:
             f"| nlptasks `--precision bf16` (same path; vs pipeline batch 1 / batch 32) | {r['bf16']:.0f} | "
             f"{r['bf16'] / r['pipe_b1']:.2f}x / {r['bf16'] / r['pipe_b32']:.2f}x |",
         ]
+    for kind, o in (f.get("onnx") or {}).items():
+        rate = r[f"onnx_{kind}"]
+        lines.insert(-1, f"| ONNX Runtime {kind} (`nlptasks export --onnx`{' --quantize int8' if kind == 'int8' else ''}; "
+                         f"vs pipeline batch 1 / batch 32) | {rate:.0f} | {rate / r['pipe_b1']:.2f}x / "
+                         f"{rate / r['pipe_b32']:.2f}x |")
     lines += [
         "",
         "| labels that differ | of " + f"{f['texts']:,} |",
@@ -211,9 +300,18 @@ def render(f: dict) -> str:
         *[f"| {k} | {v} |" for k, v in f["label_differences"].items()],
         *([f"| ours bf16 batched vs ours bf16 one at a time | {b['vs_one']} |",
            f"| ours bf16 vs ours fp32 (the model's own precision) | {b['vs_fp32']} |"] if b else []),
+        *[f"| ONNX {k} vs torch fp32 (largest score difference {o['max_score_vs_torch']:.1e}) | {o['vs_torch_fp32']} |"
+          for k, o in (f.get("onnx") or {}).items()],
         "",
         f"Largest score difference, nlptasks batched vs one at a time: {f['max_score_difference_batched_vs_one']:.1e}"
         + (f"; bf16 vs fp32: {b['max_score_vs_fp32']:.1e}." if b else "."),
+        "",
+        *(["| model | test accuracy | model.onnx | export (s) | one text at a time, texts/s |", "|---|---:|---:|---:|---:|"]
+          + [f"| {k} | {v:.4f} | "
+             + (f"{f['onnx'][k.split()[1]]['bytes'] / 2**20:.1f} MiB | {f['onnx'][k.split()[1]]['export_seconds']} | "
+                f"{f['texts'] / f['onnx'][k.split()[1]]['one_at_a_time_seconds']:.0f} |" if k.startswith("onnx")
+                else f"— | — | {r['ours_b1']:.0f} |")
+             for k, v in (f.get("accuracy") or {}).items()] + ["", onnx_goals(f)] if f.get("onnx") else []),
         "",
         "Goals (≥ 4x pipeline batch 1 and ≥ 1.5x batch 32, labels identical batched and one at a time; "
         "in bf16 also identical to fp32): " + ("**met**" if goals_met(f) else "**not met**") + ".",

@@ -147,6 +147,12 @@ def test_backend_choice_errors(runs, cli, tmp_path):
     export(cli, run_dir, tmp_path / "x", "--check-rows", "0")
     code, _, err = cli("infer", "--model", tmp_path / "x", "--backend", "torch", "好")
     assert code != 0 and "no torch weights" in err and str(run_dir.resolve()) in err
+    code, _, err = cli("infer", "--model", run_dir, "--backend", "torch", "好")
+    assert code == 0, err
+    import nlptasks  # the choice was for those loads only: later loads in the process pick by folder
+
+    assert type(nlptasks.load(tmp_path / "x").model).__name__ == "OnnxModel"
+    assert type(nlptasks.load(run_dir).model).__name__ != "OnnxModel"
     code, _, err = cli("export", run_dir, "--onnx", tmp_path / "x")
     assert code != 0 and "not empty" in err
     with pytest.raises(SystemExit):  # argparse: exactly one of --merge and --onnx

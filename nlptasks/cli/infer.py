@@ -86,10 +86,10 @@ def cmd(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()  # its "Loading weights" bar; ours shows the long work
     set_inference_precision(args.precision)
-    from nlptasks.engine.onnx_runtime import set_inference_backend
+    from nlptasks.engine.onnx_runtime import backend_for_loading
 
-    set_inference_backend(args.backend)
-    predictor = load_predictor(run_dir, adapter=args.adapter, base_only=args.base_only)
+    with backend_for_loading(args.backend):  # for this load only: in-process callers load others after
+        predictor = load_predictor(run_dir, adapter=args.adapter, base_only=args.base_only)
     if hasattr(predictor, "batch_size"):
         predictor.batch_size = args.batch_size
     if args.max_length is not None and hasattr(predictor, "max_length"):
