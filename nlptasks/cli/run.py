@@ -115,6 +115,11 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         lines += ["", "dropped rows: " + "; ".join(parts)]
     train = metrics.get("train") or {}
     if "samples_per_second" in train:
-        lines.append(f"\ntraining: {train.get('runtime', 0):.0f} s, {train['samples_per_second']:.1f} samples/s")
+        line = f"\ntraining: {train.get('runtime', 0):.0f} s, {train['samples_per_second']:.1f} samples/s"
+        if "tokens_per_second" in train:
+            line += f", {train['tokens_per_second']:.0f} tokens/s ({train['padding_fraction']:.0%} padding)"
+        if "mfu" in train:
+            line += f", MFU {train['mfu']:.1%} of {train['peak_tflops']:g} TFLOP/s ({train['peak_source']})"
+        lines.append(line)
     return "\n".join(lines)
 

@@ -284,7 +284,9 @@ def model_card(
         ("max length", f"{manifest.get('max_length')} tokens"),
         ("precision", manifest.get("precision", "-")),
         ("wall time", f"{metrics.get('seconds', 0):.0f} s"
-                      + (f"; training {train['samples_per_second']:.1f} samples/s" if "samples_per_second" in train else "")),
+                      + (f"; training {train['samples_per_second']:.1f} samples/s" if "samples_per_second" in train else "")
+                      + (f", {train['tokens_per_second']:.0f} tokens/s" if "tokens_per_second" in train else "")
+                      + (f", MFU {train['mfu']:.1%} (estimate)" if "mfu" in train else "")),
         ("peak memory", f"{resources['peak_rss_mb']:.0f} MiB RSS" if "peak_rss_mb" in resources else "-"),
         ("created", manifest.get("created", "-")),
         ("recipe sha256", f"`{manifest.get('recipe_sha256', '-')}`"),
@@ -423,6 +425,9 @@ def compare(run_dirs: list[Path]) -> str:
     lines.append("| wall time (s) | " + " | ".join(_one(m.get("seconds")) for m in metrics) + " |")
     lines.append("| train samples/s | " + " | ".join(
         _one((m.get("train") or {}).get("samples_per_second")) for m in metrics) + " |")
+    for label, key, digits in (("train tokens/s", "tokens_per_second", 0), ("padding fraction", "padding_fraction", 3),
+                               ("MFU (estimate)", "mfu", 4)):
+        lines.append(f"| {label} | " + " | ".join(_one((m.get("train") or {}).get(key), digits) for m in metrics) + " |")
     lines.append("| peak RSS (MiB) | " + " | ".join(
         _one((m.get("resources") or {}).get("peak_rss_mb"), 0) for m in metrics) + " |")
     if any("cuda_max_allocated_mb" in (m.get("resources") or {}) for m in metrics):

@@ -153,11 +153,13 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     compute_metrics = for_splits(ctx, hooks.nlptasks_metrics(ctx=ctx))  # 6, told which split it scores
 
     from nlptasks.engine.ordering import order_evaluation, order_training
+    from nlptasks.engine.throughput import count_training_tokens, throughput_figures
     from nlptasks.engine.training import guard_trainer, training_kwargs, use_readable_logs
 
     has_validation = "validation" in data and len(data["validation"]) > 0
     kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
     collators: list[Any] = []
+    counted: list[dict[str, int]] = []  # the tokens each built trainer trained on (the last one's count)
 
     def build(kwargs: dict[str, Any]) -> Any:  # steps 7, 8 and 8b (7 and 8b again after an OOM fallback)
         args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=dict(kwargs))  # 7
@@ -168,6 +170,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         )
         use_readable_logs(trainer, ctx, progress)
         guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
+        counted.append(count_training_tokens(trainer))  # tokens/s, padding fraction, MFU
         order_training(trainer, ctx)  # length-grouped epochs drawn from seed and epoch: --resume replays them
         order_evaluation(trainer, ctx)  # length-sorted evaluation batches, results in data order
         name_splits(trainer, ctx, data)  # ctx.evaluating names the split around evaluate/predict
@@ -184,6 +187,9 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
             f"built, so the run {ctx.output_dir} is left incomplete",
             hint="Train for at least one step: check train.epochs, train.max_steps and the batch size against the data.",
         )
+    train = metrics.setdefault("train", {})
+    precision = ctx.manifest.get("precision", "fp32")
+    train.update(throughput_figures(counted[-1], train.get("runtime"), trainer.model, precision))
     for split, figures in ctx.recorded.items():  # what the task measured outside evaluation
         if split == "train" or split in metrics:
             metrics.setdefault(split, {}).update(figures)

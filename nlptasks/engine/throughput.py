@@ -1,0 +1,208 @@
+"""What training did with the machine: non-padding tokens/s, the padding fraction, and an estimate
+of model FLOPs utilisation, recorded in ``metrics.json["train"]`` of every run.
+
+``tokens``
+    the tokens the model learned from: the ones of the attention masks (every ``*attention_mask``
+    of a batch: a bi-encoder's two sides count both), or every token of a batch without a mask
+    (packed sft batches); counted in the training steps of this process (a resumed run counts the
+    part after its checkpoint), summed over the ranks of a distributed run.
+``tokens_per_second``
+    ``tokens`` over the Trainer's ``train_runtime`` (which includes the evaluations during training).
+``padding_fraction``
+    the share of the batches' token slots (``input_ids`` elements) that were padding.
+``mfu``
+    6 x non-embedding parameters x tokens / runtime / the device's peak FLOP/s: the usual
+    estimate (forward 2, backward 4 FLOPs per parameter and token; attention's own FLOPs and the
+    embedding lookups left out).  A LoRA run spends less on the frozen weights' gradients, so its
+    figure overstates the work a little.
+``peak_tflops`` and ``peak_source``
+    the peak it divides by: a table of dense bf16/fp16 and tf32 peaks for known CUDA GPUs
+    (``"table"``), else a matrix multiply in the run's precision timed once on this machine with
+    the run's thread count and cached in ``~/.cache/nlptasks/peak_flops.json`` (``"measured"``:
+    the best of the first three runs' measurements, as a busy machine measures low; an achievable
+    peak, so the figure is higher than one against the datasheet's), or ``$NLPTASKS_PEAK_TFLOPS`` (``"environment"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["count_training_tokens", "device_peak_flops", "nonembedding_parameters", "throughput_figures"]
+
+# Dense peaks (FLOP/s) of CUDA GPUs by a substring of their name: (bf16/fp16 tensor cores, tf32/fp32).
+_GPU_PEAKS = {
+    "H200": (989e12, 494e12), "H100": (989e12, 494e12), "A100": (312e12, 156e12), "A10G": (70e12, 35e12),
+    "L40S": (362e12, 183e12), "L4": (121e12, 60e12), "A10": (125e12, 62.5e12), "V100": (125e12, 15.7e12),
+    "T4": (65e12, 8.1e12), "RTX 4090": (165e12, 82.6e12), "RTX 3090": (71e12, 35.6e12),
+}
+
+
+def count_training_tokens(trainer: Any) -> dict[str, int]:
+    """Count the tokens of every training micro-batch ``trainer`` takes from now on (wraps its
+    ``training_step``); the returned dict fills as it trains: ``tokens`` and ``slots``."""
+    counts = {"tokens": 0, "slots": 0}
+    original = trainer.training_step
+
+    def training_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        tokens, slots = batch_tokens(inputs)
+        counts["tokens"] += tokens
+        counts["slots"] += slots
+        return original(model, inputs, *args, **kwargs)
+
+    trainer.training_step = training_step
+    return counts
+
+
+def batch_tokens(inputs: Any) -> tuple[int, int]:
+    """(non-padding tokens, token slots) of one collated batch: each ``*input_ids`` tensor with its
+    ``*attention_mask`` (no mask: every slot is a token)."""
+    if not hasattr(inputs, "items") or not hasattr(inputs, "get"):  # a dict or a BatchEncoding
+        return 0, 0
+    tokens = slots = 0
+    for key, ids in inputs.items():
+        if not key.endswith("input_ids") or not hasattr(ids, "numel"):
+            continue
+        mask = inputs.get(key[: -len("input_ids")] + "attention_mask")
+        n = int(ids.numel())
+        slots += n
+        tokens += int(mask.sum()) if hasattr(mask, "sum") and getattr(mask, "shape", None) == ids.shape else n
+    return tokens, slots
+
+
+def nonembedding_parameters(model: Any) -> int:
+    """Parameters of ``model`` outside its embedding tables (which cost a lookup, not FLOPs)."""
+    import torch
+
+    embedding = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) in embedding or id(p) in seen:  # tied weights count once
+            continue
+        seen.add(id(p))
+        total += p.numel()
+    return total
+
+
+def throughput_figures(counts: dict[str, int], runtime: float | None, model: Any, precision: str) -> dict[str, Any]:
+    """The figures above, from the counts of :func:`count_training_tokens` (summed over ranks
+    here, when the run is distributed) and the Trainer's ``train_runtime``."""
+    tokens, slots = _all_ranks(counts["tokens"], counts["slots"])
+    if not slots:
+        return {}
+    out: dict[str, Any] = {"tokens": tokens, "padding_fraction": round(1 - tokens / slots, 4)}
+    if not runtime or runtime <= 0:
+        return out
+    out["tokens_per_second"] = round(tokens / runtime, 1)
+    peak, source = device_peak_flops(precision)
+    if peak:
+        flops = 6 * nonembedding_parameters(model) * tokens / runtime
+        out.update(mfu=round(flops / peak, 4), peak_tflops=round(peak / 1e12, 3), peak_source=source)
+    return out
+
+
+def _all_ranks(tokens: int, slots: int) -> tuple[int, int]:
+    import torch
+
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tokens, slots
+    both = torch.tensor([tokens, slots], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        both = both.cuda()
+    dist.all_reduce(both)
+    return int(both[0]), int(both[1])
+
+
+def device_peak_flops(precision: str) -> tuple[float | None, str]:
+    """The peak FLOP/s of the device a run trains on, and where the figure comes from."""
+    env = os.environ.get("NLPTASKS_PEAK_TFLOPS")
+    if env:
+        try:
+            return float(env) * 1e12, "environment"
+        except ValueError:
+            return None, "environment (not a number)"
+    import torch
+
+    half = precision in ("bf16", "fp16")
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        for key, (fast, full) in _GPU_PEAKS.items():
+            if key in name:
+                return (fast if half else full), "table"
+        return _measured(f"cuda {name}", torch.bfloat16 if half else torch.float32, "cuda")
+    return _measured(f"cpu {_cpu_name()} threads={torch.get_num_threads()}",
+                     torch.bfloat16 if precision == "bf16" else torch.float32, "cpu")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def _cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "nlptasks" / "peak_flops.json"
+
+
+_MEASUREMENTS = 3  # a busy machine measures low: the best of the first few runs' measurements is kept
+
+
+def _measured(machine: str, dtype: Any, device: str) -> tuple[float | None, str]:
+    key = f"{machine} {str(dtype).removeprefix('torch.')}"
+    path = _cache_file()
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    cached = cached if isinstance(cached, dict) else {}
+    entry = cached.get(key) if isinstance(cached.get(key), dict) else {}
+    best, times = entry.get("flops"), entry.get("measurements", 0)
+    best = float(best) if isinstance(best, (int, float)) and best > 0 else None
+    if best and isinstance(times, int) and times >= _MEASUREMENTS:
+        return best, "measured"
+    peak = _time_matmul(dtype, device)
+    if peak is None:
+        return best, "measured" if best else "unknown"
+    cached[key] = {"flops": max(peak, best or 0.0), "measurements": (times if isinstance(times, int) else 0) + 1}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cached, indent=1))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: measured again next time
+    return cached[key]["flops"], "measured"
+
+
+def _time_matmul(dtype: Any, device: str, n: int = 1024) -> float | None:
+    """The best FLOP/s of an n x n matrix multiply over a few repeats (about a second on a CPU)."""
+    import torch
+
+    try:
+        a = torch.randn(n, n, dtype=dtype, device=device)
+        b = torch.randn(n, n, dtype=dtype, device=device)
+        best = float("inf")
+        for _ in range(6):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(4):
+                a @ b
+            if device == "cuda":
+                torch.cuda.synchronize()
+            best = min(best, (time.perf_counter() - start) / 4)
+        return 2 * n**3 / best if best > 0 else None
+    except RuntimeError:  # a dtype the device cannot multiply in
+        return None

@@ -1,0 +1,108 @@
+"""Every run records its non-padding tokens/s, padding fraction and an MFU estimate
+(``nlptasks/engine/throughput.py``); ``compare`` and the run's summary show them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from conftest import RECIPES, TINY, read_metrics
+
+
+def _train_texts() -> list[str]:
+    with (RECIPES / "data" / "cls" / "train.csv").open(encoding="utf-8", newline="") as fh:
+        return [row["text"] for row in csv.DictReader(fh)]
+
+
+def test_tokens_are_the_training_tokens_and_grouping_lowers_padding(run_recipe, cli, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    monkeypatch.setenv("NLPTASKS_PEAK_TFLOPS", "0.5")
+    grouped = run_recipe(RECIPES / "cls.toml", "train.epochs=2", "train.group_by_length=true")
+    train = read_metrics(grouped)["train"]
+    tokenizer = AutoTokenizer.from_pretrained(str(grouped))
+    expected = sum(len(ids) for ids in tokenizer(_train_texts(), truncation=True, max_length=64)["input_ids"])
+    assert train["tokens"] == 2 * expected  # every training token of both epochs, no padding counted
+    assert train["tokens_per_second"] == pytest.approx(train["tokens"] / train["runtime"], rel=1e-3)
+    assert 0 <= train["padding_fraction"] < 0.5
+    assert train["peak_source"] == "environment" and train["peak_tflops"] == 0.5
+    assert 0 < train["mfu"] < 1
+
+    argv = ["run", RECIPES / "cls.toml", "--no-progress"]
+    for s in (*TINY, "train.epochs=2", "train.group_by_length=false", f"output.dir={tmp_path / 'random'}"):
+        argv += ["--set", s]
+    code, _, err = cli(*argv)
+    assert code == 0, err
+    (random_order,) = (tmp_path / "random").glob("*/*/metrics.json")
+    shuffled = json.loads(random_order.read_text())["train"]
+    assert shuffled["tokens"] == train["tokens"]
+    assert shuffled["padding_fraction"] > train["padding_fraction"] + 0.05  # what length grouping saves
+
+
+def test_summary_and_compare_show_throughput(run_recipe, cli, monkeypatch):
+    monkeypatch.setenv("NLPTASKS_PEAK_TFLOPS", "0.5")
+    a = run_recipe(RECIPES / "cls.toml", "train.max_steps=3")
+    code, out, err = cli("compare", a, a)
+    assert code == 0, err
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert "train tokens/s" in rows and "padding fraction" in rows and "MFU (estimate)" in rows
+    tps = read_metrics(a)["train"]["tokens_per_second"]
+    assert f"{tps:.0f}" in rows["train tokens/s"]
+    assert "tokens/s" in (a / "README.md").read_text(encoding="utf-8")
+
+
+def test_batch_tokens_counts_every_side_and_packed_batches():
+    import torch
+    from transformers import BatchEncoding
+
+    from nlptasks.engine.throughput import batch_tokens
+
+    pair = {  # a bi-encoder batch: both sides, each with its mask
+        "input_ids": torch.ones(2, 5, dtype=torch.long),
+        "attention_mask": torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]),
+        "b_input_ids": torch.ones(2, 3, dtype=torch.long),
+        "b_attention_mask": torch.tensor([[1, 1, 0], [1, 0, 0]]),
+        "labels": torch.tensor([0, 1]),
+    }
+    assert batch_tokens(pair) == (8 + 3, 10 + 6)
+    packed = BatchEncoding({"input_ids": torch.ones(1, 7, dtype=torch.long), "position_ids": torch.arange(7)[None]})
+    assert batch_tokens(packed) == (7, 7)
+    assert batch_tokens([1, 2]) == (0, 0)
+
+
+def test_nonembedding_parameters_leave_out_embedding_tables():
+    from transformers import BertConfig, BertModel
+
+    from nlptasks.engine.throughput import nonembedding_parameters
+
+    model = BertModel(BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, max_position_embeddings=64))
+    emb = model.embeddings
+    tables = sum(p.numel() for m in (emb.word_embeddings, emb.position_embeddings, emb.token_type_embeddings)
+                 for p in m.parameters())
+    assert nonembedding_parameters(model) == sum(p.numel() for p in model.parameters()) - tables
+
+
+def test_measured_peak_is_cached_and_keeps_the_best(tmp_path, monkeypatch):
+    from nlptasks.engine import throughput
+
+    monkeypatch.delenv("NLPTASKS_PEAK_TFLOPS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    speeds = iter([2e11, 3e11, 1e11, 9e11])
+    monkeypatch.setattr(throughput, "_time_matmul", lambda dtype, device: next(speeds))
+    seen = [throughput.device_peak_flops("fp32") for _ in range(4)]
+    assert [s[0] for s in seen] == [2e11, 3e11, 3e11, 3e11]  # the best of three, then no more timing
+    assert all(s[1] == "measured" for s in seen)
+    stored = json.loads((tmp_path / "nlptasks" / "peak_flops.json").read_text())
+    assert list(stored.values()) == [{"flops": 3e11, "measurements": 3}]
+    monkeypatch.setenv("NLPTASKS_PEAK_TFLOPS", "oops")
+    assert throughput.device_peak_flops("fp32") == (None, "environment (not a number)")
+
+
+def test_a_real_matmul_measures_a_plausible_peak():
+    from nlptasks.engine.throughput import _time_matmul
+
+    flops = _time_matmul(__import__("torch").float32, "cpu", n=256)
+    assert 1e8 < flops < 1e14
