@@ -47,6 +47,22 @@ def both(run_dir: Path, out: Path, inputs: list, batch_size: int = 32) -> tuple[
     return torch_predictor(inputs), onnx_predictor(inputs)
 
 
+def same_eval(cli, run_dir: Path, export_dir: Path, data: Path, tol: float = 1e-4) -> dict:
+    """`nlptasks eval` of the fp32 export scores ``data`` as the torch run does (every figure but
+    the timings, within ``tol``); returns the export's metrics."""
+    figures = []
+    for folder in (run_dir, export_dir):
+        code, _, err = cli("eval", folder, "--data", data, "--output", export_dir.parent / f"eval-{folder.name}")
+        assert code == 0, err
+        metrics = json.loads((export_dir.parent / f"eval-{folder.name}" / "metrics.json").read_text())["test"]
+        figures.append({k: v for k, v in metrics.items() if not k.endswith(("runtime", "per_second"))})
+    assert figures[0].keys() == figures[1].keys()
+    for key, value in figures[0].items():
+        other = figures[1][key]
+        assert other == (pytest.approx(value, abs=tol) if isinstance(value, float) else value), key
+    return figures[1]
+
+
 def near(a: list[float], b: list[float], tol: float = 1e-4) -> None:
     assert a == pytest.approx(b, abs=tol)
 
@@ -99,6 +115,8 @@ def test_ner_windows_and_offsets(runs, cli, tmp_path):
     code, out, _ = cli("infer", "--model", tmp_path / "ner", "--format", "conll", "--file",
                        _conll(tmp_path / "in.conll"))
     assert code == 0 and len(out.strip().splitlines()) == 5
+    figures = same_eval(cli, run_dir, tmp_path / "ner", ROOT / "recipes" / "data" / "ner" / "test.jsonl")
+    assert "f1" in figures and figures["loss"] is not None
 
 
 def _conll(path: Path) -> Path:
@@ -112,6 +130,7 @@ def test_pair_cross_encoder(runs, cli, tmp_path):
     a, b = both(run_dir, tmp_path / "cross", PAIRS, 4)
     assert [r["label"] for r in a] == [r["label"] for r in b]
     near([r["score"] for r in a], [r["score"] for r in b])
+    same_eval(cli, run_dir, tmp_path / "cross", ROOT / "recipes" / "data" / "pair" / "test.csv")
 
 
 def test_pair_bi_encoder_and_ranking(runs, cli, tmp_path):
@@ -128,6 +147,7 @@ def test_pair_bi_encoder_and_ranking(runs, cli, tmp_path):
               for d, kw in ((run_dir, {"backend": "torch"}), (tmp_path / "bi", {}))]
     for x, y in zip(*ranked, strict=True):
         assert [c["candidate"] for c in x["results"]] == [c["candidate"] for c in y["results"]]
+    same_eval(cli, run_dir, tmp_path / "bi", ROOT / "recipes" / "data" / "pair" / "test.csv")
 
 
 def test_lora_run_exports_merged(runs, cli, tmp_path):
@@ -153,6 +173,16 @@ def test_backend_choice_errors(runs, cli, tmp_path):
 
     assert type(nlptasks.load(tmp_path / "x").model).__name__ == "OnnxModel"
     assert type(nlptasks.load(run_dir).model).__name__ != "OnnxModel"
+    data = ROOT / "recipes" / "data" / "cls" / "test.csv"
+    for command in (("eval", run_dir, "--data", data, "--backend", "onnx"), ("serve", run_dir, "--backend", "onnx")):
+        code, _, err = cli(*command)  # eval and serve choose as infer does, before reading data or serving
+        assert code != 0 and "--backend onnx" in err and "nlptasks export" in err, err
+    for command in (("eval", tmp_path / "x", "--data", data, "--backend", "torch"),
+                    ("serve", tmp_path / "x", "--backend", "torch")):
+        code, _, err = cli(*command)
+        assert code != 0 and "no torch weights" in err and str(run_dir.resolve()) in err, err
+    code, _, err = cli("eval", run_dir, "--data", data, "--backend", "torch", "--output", tmp_path / "ev")
+    assert code == 0, err
     code, _, err = cli("export", run_dir, "--onnx", tmp_path / "x")
     assert code != 0 and "not empty" in err
     with pytest.raises(SystemExit):  # argparse: exactly one of --merge and --onnx
@@ -179,9 +209,10 @@ def test_sft_is_refused_with_the_reason(runs, cli, tmp_path):
     assert not (tmp_path / "sft" / "COMPLETE").exists()
 
 
-def test_serve_takes_the_export_and_eval_says_what_to_do(runs, cli, tmp_path):
+def test_serve_and_eval_take_the_export(runs, cli, tmp_path):
     """The exported folder is a run `nlptasks serve` serves (through the same predictor, on
-    onnxruntime), answering what infer prints; `nlptasks eval` names the torch run to score."""
+    onnxruntime), answering what infer prints; `nlptasks eval` scores it as the torch run (fp32) and
+    as the export measured itself (int8)."""
     from fastapi.testclient import TestClient
 
     from nlptasks.serve.app import create_app
@@ -198,5 +229,10 @@ def test_serve_takes_the_export_and_eval_says_what_to_do(runs, cli, tmp_path):
     import nlptasks
 
     assert answer.json()["outputs"] == nlptasks.load(tmp_path / "fp32")(CLS_TEXTS[:5])
-    code, _, err = cli("eval", tmp_path / "fp32", "--data", ROOT / "recipes" / "data" / "cls" / "test.csv")
-    assert code != 0 and "an ONNX export" in err and f"nlptasks eval {run_dir.resolve()}" in err, err
+    same_eval(cli, run_dir, tmp_path / "fp32", ROOT / "recipes" / "data" / "cls" / "test.csv")
+    int8, _, _ = export(cli, run_dir, tmp_path / "int8", "--quantize", "int8")
+    code, _, err = cli("eval", tmp_path / "int8", "--data", ROOT / "recipes" / "data" / "cls" / "test.csv",
+                       "--output", tmp_path / "eval-int8")
+    assert code == 0, err
+    measured = json.loads((tmp_path / "eval-int8" / "metrics.json").read_text())["test"]["accuracy"]
+    assert measured == pytest.approx(int8["onnx"]["measured"]["gold"]["label"]["onnx"], abs=1e-6)  # the export's own figure

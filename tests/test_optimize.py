@@ -194,6 +194,25 @@ def test_the_optimizer_in_use(tmp_path, name, check):
     assert probe.trainer.args.optim == name
 
 
+def test_auto_is_the_fused_adamw_where_torch_runs_it(tmp_path, monkeypatch):
+    from nlptasks.engine.optimize import resolve_optimizer
+
+    probe, _, _ = train(tmp_path, "train.max_steps=2")  # optimize.optimizer left at "auto"
+    inner = getattr(probe.trainer.optimizer, "optimizer", probe.trainer.optimizer)
+    assert isinstance(inner, torch.optim.AdamW) and inner.defaults.get("fused")
+    assert resolve_optimizer("auto", "cuda") == "adamw_torch_fused"
+    assert resolve_optimizer("adafactor") == "adafactor"
+
+    def no_fused_kernel(params, **kwargs):  # a torch build without the CPU kernel
+        if kwargs.get("fused"):
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+        return real(params, **kwargs)
+
+    real = torch.optim.AdamW
+    monkeypatch.setattr(torch.optim, "AdamW", no_fused_kernel)
+    assert resolve_optimizer("auto", "cpu") == "adamw_torch"
+
+
 def test_cuda_only_values_are_recipe_errors_on_this_machine(cli, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -225,7 +244,7 @@ def test_compile_tf32_and_checkpointing_reach_the_training_arguments():
     args = make_training_arguments(training_kwargs(ctx, True, True, progress=False))
     assert args.torch_compile is True
     assert args.activation_checkpointing is True and args.use_cache is False
-    assert args.optim == "adamw_torch"
+    assert args.optim == "adamw_torch_fused"  # optimize.optimizer = "auto" on a machine that runs the fused kernel
 
 
 def test_train_extra_cannot_contradict_optimize():

@@ -30,6 +30,9 @@ def register(sub: Any) -> None:
                    help="the eval folder (default: RUN/eval/<timestamp>)")
     p.add_argument("--adapter", metavar="NAME", help="for a run trained with [peft]: the adapter to score")
     p.add_argument("--base-only", action="store_true", help="for a run trained with [peft]: the frozen base alone")
+    p.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
+                   help="torch or ONNX Runtime: auto (the default) runs a folder made by `nlptasks export --onnx` on ONNX "
+                        "Runtime and any other run on torch; torch/onnx insist (an error when the folder is the other kind)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False,
                    help="show the libraries' progress bars (default: off)")
     p.set_defaults(func=cmd)
@@ -46,8 +49,11 @@ def cmd(args: argparse.Namespace) -> int:
     from nlptasks.cli.run import format_metrics
     from nlptasks.pipeline.evaluate import ERRORS, evaluate_run
 
-    results = evaluate_run(args.run, args.data, args.overrides, args.output, adapter=args.adapter,
-                           base_only=args.base_only, progress=args.progress)
+    from nlptasks.engine.onnx_runtime import backend_for_loading
+
+    with backend_for_loading(args.backend):
+        results = evaluate_run(args.run, args.data, args.overrides, args.output, adapter=args.adapter,
+                               base_only=args.base_only, progress=args.progress)
     for result in results:
         print(f"{display(result.source)}: {result.rows} rows, {result.examples} examples scored")
         print(format_metrics({"test": result.metrics, "dropped": {"test": result.dropped} if result.dropped else {}}))

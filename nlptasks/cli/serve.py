@@ -55,6 +55,9 @@ def register(sub: Any) -> None:
     m.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="inference dtype, as for `nlptasks infer` (default: auto)")
     m.add_argument("--adapter", metavar="NAME", help="for runs trained with [peft]: the adapter to serve")
+    m.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
+                   help="torch or ONNX Runtime: auto (the default) runs a folder made by `nlptasks export --onnx` on ONNX "
+                        "Runtime and any other run on torch; torch/onnx insist (an error when the folder is the other kind)")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log one line per request")
     p.set_defaults(func=cmd)
@@ -83,9 +86,12 @@ def cmd(args: argparse.Namespace) -> int:
     from nlptasks.serve.models import load_models
     from nlptasks.serve.state import ServerState, ServeSettings
 
+    from nlptasks.engine.onnx_runtime import backend_for_loading
+
     hf_logging.disable_progress_bar()
-    models = load_models(args.runs, args.names, adapter=args.adapter, precision=args.precision,  # checks all first
-                         batch_size=args.max_batch_size)
+    with backend_for_loading(args.backend):
+        models = load_models(args.runs, args.names, adapter=args.adapter, precision=args.precision,  # checks all first
+                             batch_size=args.max_batch_size)
     settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                              max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
                              timeout_s=args.timeout, api_key=args.api_key)

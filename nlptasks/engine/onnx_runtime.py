@@ -202,8 +202,10 @@ class OnnxModel:
         return f"OnnxModel({self.path}, inputs={self.input_names}, outputs={self.output_names})"
 
 
-def load_onnx_model(run_dir: Path, manifest: dict[str, Any], adapter: str | None = None, base_only: bool = False) -> OnnxModel:
-    """The :class:`OnnxModel` of an exported run folder (see :func:`chosen_backend`)."""
+def load_onnx_model(run_dir: Path, manifest: dict[str, Any], adapter: str | None = None, base_only: bool = False,
+                    for_inference: bool = True) -> Any:
+    """The :class:`OnnxModel` of an exported run folder (see :func:`chosen_backend`); without
+    ``for_inference``, as the ``torch.nn.Module`` a Trainer evaluates (:func:`onnx_eval_module`)."""
     from transformers import AutoConfig
 
     from nlptasks.engine.inference import requested_precision
@@ -223,4 +225,48 @@ def load_onnx_model(run_dir: Path, manifest: dict[str, Any], adapter: str | None
     if not path.exists():
         raise NlptasksError(f"{run_dir}: the manifest says backend onnx but there is no {ONNX_FILE}",
                             hint="Export the run again: nlptasks export RUN --onnx OUT")
-    return OnnxModel(path, AutoConfig.from_pretrained(run_dir))
+    model = OnnxModel(path, AutoConfig.from_pretrained(run_dir))
+    return model if for_inference else onnx_eval_module(model)
+
+
+def onnx_eval_module(model: OnnxModel) -> Any:
+    """``model`` as a ``torch.nn.Module`` for the Trainer's evaluation loop (``nlptasks eval`` on an
+    export): its forward runs the session and, given ``labels``, adds the loss transformers' own
+    head computes for the exported architecture (``*ForSequenceClassification``,
+    ``*ForTokenClassification``); for other architectures the loss is NaN (reported as null)."""
+    import torch
+    from transformers.loss.loss_utils import ForSequenceClassificationLoss, ForTokenClassification
+
+    architecture = next(iter(getattr(model.config, "architectures", None) or []), "")
+
+    def loss_of(logits: Any, labels: Any) -> Any:
+        labels = labels.to(logits.device)
+        if architecture.endswith("ForSequenceClassification"):
+            return ForSequenceClassificationLoss(labels, logits, model.config)
+        if architecture.endswith("ForTokenClassification"):
+            return ForTokenClassification(logits, labels, model.config)
+        return torch.tensor(float("nan"))
+
+    class OnnxEvalModule(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = model.config
+            self.onnx = model
+            self.anchor = torch.nn.Parameter(torch.zeros(0), requires_grad=False)  # where inputs go: the CPU
+
+        def forward(self, **inputs: Any) -> OnnxOutput:
+            labels = inputs.pop("labels", None)
+            out = model(**{k: v for k, v in inputs.items() if k in model.input_names})
+            if labels is not None and "logits" in out:
+                out = OnnxOutput({"loss": loss_of(out["logits"], labels), **out})
+            return out
+
+        def __repr__(self) -> str:
+            return f"OnnxEvalModule({model!r})"
+
+    # The graph's inputs and ``labels``: what the Trainer reads to keep columns and find the labels.
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    OnnxEvalModule.forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+         *(inspect.Parameter(n, keyword, default=None) for n in [*model.input_names, "labels"])])
+    return OnnxEvalModule()

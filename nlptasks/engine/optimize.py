@@ -4,7 +4,7 @@ Everything here maps onto transformers' own features (docs/optimize.md):
 
 - ``gradient_checkpointing`` → ``TrainingArguments.activation_checkpointing`` (the 5.x name of
   ``gradient_checkpointing``) with ``use_cache = False``;
-- ``optimizer`` → ``TrainingArguments.optim``; ``tf32`` → ``tf32``; ``compile`` → ``torch_compile``;
+- ``optimizer`` → ``TrainingArguments.optim`` (``auto``: :func:`resolve_optimizer`); ``tf32`` → ``tf32``; ``compile`` → ``torch_compile``;
 - ``attention`` → the model's ``set_attn_implementation``;
 - freezing sets ``requires_grad = False``; Trainer builds its optimizer from the parameters that
   still require gradients, so frozen ones never reach it;
@@ -33,6 +33,7 @@ __all__ = [
     "is_oom",
     "optimize_kwargs",
     "prepare_model",
+    "resolve_optimizer",
     "set_attention",
     "train_with_oom_fallback",
     "transformer_layers",
@@ -45,6 +46,29 @@ ARGUMENT_KEYS = {
     "tf32": ("tf32",),
     "compile": ("torch_compile",),
 }
+
+
+def resolve_optimizer(name: str, device: str | None = None) -> str:
+    """``optimize.optimizer`` as TrainingArguments takes it: ``auto`` is ``adamw_torch_fused`` where
+    torch runs its fused AdamW on ``device`` (``cuda``, or ``cpu`` since torch 2.4; default: this
+    machine's training device), else ``adamw_torch``.  Both compute the same AdamW update (to
+    rounding); the fused kernel trains MiniLM on SST-2 faster on our CPUs (docs/benchmarks.md,
+    "Defaults vs defaults")."""
+    if name != "auto":
+        return name
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        return "adamw_torch_fused"
+    try:  # torch builds without the CPU kernel refuse it here
+        weight = torch.zeros(1, requires_grad=True)
+        weight.grad = torch.zeros(1)
+        torch.optim.AdamW([weight], fused=True).step()
+    except (RuntimeError, TypeError, ValueError):
+        return "adamw_torch"
+    return "adamw_torch_fused"
 
 
 def optimize_kwargs(opt: OptimizeConfig, extra: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +93,7 @@ def optimize_kwargs(opt: OptimizeConfig, extra: dict[str, Any]) -> dict[str, Any
                 )
     if problems:
         raise RecipeError("recipe", problems)
-    kwargs: dict[str, Any] = {"optim": opt.optimizer}
+    kwargs: dict[str, Any] = {"optim": resolve_optimizer(opt.optimizer)}
     if opt.gradient_checkpointing:
         kwargs["activation_checkpointing"] = True
         kwargs["use_cache"] = False  # the key/value cache is useless in training and clashes with recomputation

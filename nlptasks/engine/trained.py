@@ -42,7 +42,8 @@ def load_trained_model(
     :class:`nlptasks.engine.onnx_runtime.OnnxModel` that predictors call like the transformers
     model (``auto_class`` is then not needed: the export recorded the model's outputs); the
     backend setting (``infer --backend``) is checked by
-    :func:`nlptasks.engine.onnx_runtime.chosen_backend`.
+    :func:`nlptasks.engine.onnx_runtime.chosen_backend`; without ``for_inference`` it is a
+    ``torch.nn.Module`` a Trainer evaluates (``nlptasks eval`` on an export).
 
     :returns: a run without ``[peft]``: ``auto_class.from_pretrained(run_dir)``.  An adapter run:
         the base (from ``base/``, or ``model.name_or_path`` with the head settings saved in
@@ -52,7 +53,7 @@ def load_trained_model(
 
     run_dir = Path(run_dir)
     if chosen_backend(run_dir, manifest) == "onnx":
-        return load_onnx_model(run_dir, manifest, adapter, base_only)
+        return load_onnx_model(run_dir, manifest, adapter, base_only, for_inference)
     import transformers
 
     cls = getattr(transformers, auto_class, None)

@@ -76,13 +76,9 @@ def evaluate_run(
     host = host or get_host()
     run_dir = Path(run_dir)
     manifest = choose(read_manifest(run_dir), run_dir, adapter, base_only)
-    if manifest.get("backend") == "onnx":  # scored by the Trainer, which runs torch models only
-        source = (manifest.get("onnx") or {}).get("exported_from", "the run it was exported from")
-        raise NlptasksError(
-            f"{run_dir}: an ONNX export; nlptasks eval scores torch runs (through the task's Trainer)",
-            hint=f"Evaluate the run it came from: nlptasks eval {source} --data FILE. The export measured its "
-                 "own prediction changes and accuracy on that run's test file (its README.md, nlptasks.json).",
-        )
+    from nlptasks.engine.onnx_runtime import chosen_backend
+
+    chosen_backend(run_dir, manifest)  # --backend against the folder's kind, before any data is read
     files = [Path(f) for f in files]
     if not files:
         raise NlptasksError("nothing to evaluate: give --data FILE (labelled data in the run's task format)")

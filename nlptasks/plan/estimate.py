@@ -181,6 +181,8 @@ def resolved_precision(precision: str, device: str) -> str:
 
 
 def settings_of(recipe: Recipe, device: str) -> Settings:
+    from nlptasks.engine.optimize import resolve_optimizer
+
     opt = recipe.optimize
     peft = recipe.peft
     return Settings(
@@ -188,7 +190,7 @@ def settings_of(recipe: Recipe, device: str) -> Settings:
         accumulation=recipe.train.gradient_accumulation_steps,
         seq_len=recipe.model.max_length,
         checkpointing=opt.gradient_checkpointing,
-        optimizer=opt.optimizer,
+        optimizer=resolve_optimizer(opt.optimizer, device),
         precision=resolved_precision(recipe.train.precision, device),
         quantization=peft.quantization if peft is not None else "none",
         double_quant=peft.double_quant if peft is not None else True,

@@ -342,7 +342,7 @@ class TrainConfig(Section):
         return self
 
 
-OptimizerName = Literal["adamw_torch", "adamw_torch_fused", "adafactor", "adamw_8bit"]
+OptimizerName = Literal["auto", "adamw_torch", "adamw_torch_fused", "adafactor", "adamw_8bit"]
 
 # [optimize] values that need a CUDA GPU (checked at run start, see nlptasks.engine.optimize).
 CUDA_ONLY_OPTIMIZERS = ("adamw_8bit",)
@@ -361,9 +361,11 @@ class OptimizeConfig(Section):
         "slower); TrainingArguments.gradient_checkpointing, with the model's use_cache turned off.",
     )
     optimizer: OptimizerName = Field(
-        "adamw_torch",
-        description="TrainingArguments.optim: 'adamw_torch', 'adamw_torch_fused' (one fused kernel), 'adafactor' "
-        "(factored second moments, less memory), 'adamw_8bit' (bitsandbytes 8-bit states; CUDA GPU only).",
+        "auto",
+        description="TrainingArguments.optim: 'auto' (the default: 'adamw_torch_fused' where torch runs the fused "
+        "kernel on this device, else 'adamw_torch'), 'adamw_torch', 'adamw_torch_fused' (one fused kernel, the same "
+        "update), 'adafactor' (factored second moments, less memory), 'adamw_8bit' (bitsandbytes 8-bit states; CUDA "
+        "GPU only).",
     )
     freeze_embeddings: bool = Field(
         False, description="Freeze the embedding layer(s): they get no gradients and are left out of the optimizer."
