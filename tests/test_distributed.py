@@ -165,3 +165,87 @@ def test_nproc_inside_a_launcher_is_an_error(cli, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     code, _, err = cli("run", str(RECIPES / "cls.toml"), "--nproc", "2")
     assert code == 2 and "already inside a distributed launcher" in err
+
+
+def _two_nodes(command_for_node, timeout: int = 300) -> list[subprocess.CompletedProcess]:
+    """Start ``command_for_node(0)`` and ``command_for_node(1)`` at once (two "machines" on
+    localhost) and wait for both."""
+    procs = [subprocess.Popen(command_for_node(r), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    for d in done:
+        assert d.returncode == 0, d.stderr[-3000:]
+    return done
+
+
+def test_two_nodes_train_exactly_as_two_processes_on_one(tmp_path):
+    """Two "machines" of one process each (torchrun's static rendezvous on localhost, gloo): the
+    same shards, steps, gathered evaluation and final metrics as one machine with two processes."""
+    from nlptasks.engine.distributed import launcher_args
+
+    one_node = _worker(2, tmp_path / "w1", tmp_path / "runs", "one")
+    endpoint = f"127.0.0.1:{_free_port()}"
+
+    def node(r: int) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", *launcher_args(1, 2, endpoint, node_rank=r), str(WORKER),
+                str(RECIPES / "cls.toml"), str(tmp_path / "w2"), *_sets(f"output.dir={tmp_path / 'runs'}",
+                                                                         "output.run_name=two")]
+
+    _two_nodes(node)
+    two_nodes = [json.loads((tmp_path / "w2" / f"rank{r}.json").read_text(encoding="utf-8")) for r in (0, 1)]
+    for a, b in zip(one_node, two_nodes, strict=True):
+        assert a["world_size"] == b["world_size"] == 2
+        assert a["trained"] == b["trained"]  # each rank's micro-batches, token for token
+        assert a["global_step"] == b["global_step"] == 6
+        assert a["eval_labels"] == b["eval_labels"] and a["eval_counts"] == b["eval_counts"]
+    run_dir = tmp_path / "runs" / "cls" / "two"
+    assert (run_dir / "COMPLETE").exists()
+    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"] == {
+        "world_size": 2, "backend": "gloo"}
+    metrics = [json.loads((tmp_path / "runs" / "cls" / n / "metrics.json").read_text(encoding="utf-8")) for n in ("one", "two")]
+    for split in ("validation", "test"):
+        assert metrics[1][split]["accuracy"] == metrics[0][split]["accuracy"]
+        assert metrics[1][split]["loss"] == pytest.approx(metrics[0][split]["loss"], abs=1e-5)
+
+
+def test_run_on_two_nodes_with_the_c10d_rendezvous(tmp_path):
+    """`nlptasks run --nproc 1 --nnodes 2 --rdzv-endpoint HOST:PORT` on each "machine": torchrun's
+    c10d rendezvous joins them; one run folder, complete, the table printed once."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+
+    def node(r: int) -> list[str]:
+        return [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "1", "--nnodes", "2",
+                "--rdzv-endpoint", endpoint, "--rdzv-id", "t", "--no-progress",
+                *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16")]
+
+    done = _two_nodes(node)
+    assert all("--nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d" in d.stderr for d in done)
+    assert sum(d.stdout.count("model saved to") for d in done) == 1  # global rank 0 only
+    (run_dir,) = (tmp_path / "cls").iterdir()
+    assert (run_dir / "COMPLETE").exists()
+    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
+
+
+def test_launcher_args_and_their_errors(cli):
+    from nlptasks.engine.distributed import launcher_args, torchrun_command
+    from nlptasks.errors import NlptasksError
+
+    assert launcher_args(2) == ["--standalone", "--nproc_per_node=2"]
+    assert launcher_args(4, 3, "n0:29400") == ["--nnodes=3", "--nproc_per_node=4", "--rdzv_backend=c10d",
+                                                 "--rdzv_endpoint=n0:29400", "--rdzv_id=nlptasks"]
+    assert launcher_args(1, 2, "n0:29400", node_rank=1) == ["--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=static",
+                                                            "--node_rank=1", "--master_addr=n0", "--master_port=29400"]
+    argv = ["run", "r.toml", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint=n0:1", "--node-rank", "0", "--set", "a=1"]
+    assert torchrun_command(1, argv, ["--x"])[3:] == ["--x", "-m", "nlptasks", "run", "r.toml", "--set", "a=1"]
+    for bad, message in (((1, 2), "give --rdzv-endpoint HOST:PORT"), ((1, 2, "n0"), "give HOST:PORT"),
+                         ((1, 2, "n0:1", 2), "--node-rank 2: give 0 to 1"), ((1, 0), "--nnodes: 0 machines"),
+                         ((1, 1, "n0:1"), "add --nnodes N")):
+        with pytest.raises(NlptasksError, match=message):
+            launcher_args(*bad)
+    code, _, err = cli("run", str(RECIPES / "cls.toml"), "--nnodes", "2")
+    assert code != 0 and "add --nproc N" in err
+    code, _, err = cli("run", str(RECIPES / "cls.toml"), "--nproc", "1", "--nnodes", "2")
+    assert code != 0 and "--rdzv-endpoint HOST:PORT" in err

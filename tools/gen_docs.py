@@ -596,12 +596,14 @@ EXIT_CODES = [
 
 
 def env_vars() -> list[tuple[str, str]]:
-    """The environment variables documented in the module docstrings of ``nlptasks/host.py``
-    (plugin loading) and ``nlptasks/serve/__init__.py`` (the server)."""
+    """The environment variables (``NAME`` in capitals, then indented lines) documented in the
+    module docstrings of ``nlptasks/host.py`` (plugin loading), ``nlptasks/serve/__init__.py`` (the
+    server), ``nlptasks/engine/onnx_runtime.py`` and ``nlptasks/engine/throughput.py``."""
     from nlptasks import host, serve
+    from nlptasks.engine import onnx_runtime, throughput
 
-    doc = "\n".join(inspect.cleandoc(m.__doc__ or "") + "\n" for m in (host, serve))
-    found = re.findall(r"^``(\w+)``\n((?:[ \t]+.*\n?)+)", doc, re.M)
+    doc = "\n".join(inspect.cleandoc(m.__doc__ or "") + "\n" for m in (host, serve, onnx_runtime, throughput))
+    found = re.findall(r"^``([A-Z][A-Z0-9_]+)``\n((?:[ \t]+.*\n?)+)", doc, re.M)
     return [(name, " ".join(line.strip() for line in body.splitlines())) for name, body in found]
 
 
@@ -609,7 +611,7 @@ def gen_cli() -> str:
     from nlptasks.cli import build_parser
 
     parser = build_parser()
-    out = [header("nlptasks/cli/, nlptasks/host.py and nlptasks/serve/"), "# Command-line reference", ""]
+    out = [header("nlptasks/cli/, nlptasks/host.py, nlptasks/serve/ and the engine's environment variables"), "# Command-line reference", ""]
     out += [
         "Everything `nlptasks` does is one of the subcommands below. Each section is the command's",
         "`--help` output.",

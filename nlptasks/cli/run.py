@@ -24,6 +24,14 @@ def register(sub: Any) -> None:
                    help="train on N processes (one per GPU, or CPU processes with gloo): starts "
                         "`python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks run ...` "
                         "(docs/optimize.md#distributed)")
+    g = p.add_argument_group("several machines", "torchrun's rendezvous: run the same command on every machine, with "
+                             "--nproc (docs/optimize.md#several-machines)")
+    g.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines taking part (default: 1)")
+    g.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="an address every machine reaches (the rendezvous)")
+    g.add_argument("--node-rank", type=int, metavar="R",
+                   help="this machine's rank, 0 to M-1, for a static rendezvous (machine 0 is at --rdzv-endpoint "
+                        "and writes the run); without it torchrun's c10d rendezvous ranks machines as they arrive")
+    g.add_argument("--rdzv-id", default="nlptasks", metavar="ID", help="the job's name in the c10d rendezvous")
     p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_DIR",
                    help="continue the latest incomplete run of this recipe (or RUN_DIR) from its last complete "
                         "checkpoint (see output.checkpoint_steps); the recipe must be the one the run started with")
@@ -34,8 +42,15 @@ def cmd(args: argparse.Namespace) -> int:
     from nlptasks.pipeline import load_recipe
 
     loaded = load_recipe(args.recipe, args.overrides)  # errors show before any process starts
+    if args.nproc is None and (args.nnodes != 1 or args.rdzv_endpoint or args.node_rank is not None):
+        from nlptasks.errors import NlptasksError
+
+        raise NlptasksError("--nnodes, --rdzv-endpoint and --node-rank start torchrun: add --nproc N (processes per machine)")
     if args.nproc is not None:
-        return _launch(args.nproc, args.argv)
+        from nlptasks.engine.distributed import launcher_args
+
+        launcher = launcher_args(args.nproc, args.nnodes, args.rdzv_endpoint, args.node_rank, args.rdzv_id)
+        return _launch(args.nproc, args.argv, launcher)
     from nlptasks.engine.distributed import is_main
 
     main = is_main()
@@ -56,7 +71,7 @@ def cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _launch(nproc: int, argv: list[str]) -> int:
+def _launch(nproc: int, argv: list[str], launcher: list[str]) -> int:
     """``nlptasks run --nproc N``: the same command again under torchrun, without ``--nproc``."""
     import subprocess
 
@@ -67,7 +82,7 @@ def _launch(nproc: int, argv: list[str]) -> int:
         raise NlptasksError(f"--nproc: {nproc} processes; give 1 or more")
     if "WORLD_SIZE" in os.environ:
         raise NlptasksError("--nproc: already inside a distributed launcher (WORLD_SIZE is set); drop --nproc")
-    command = torchrun_command(nproc, argv)
+    command = torchrun_command(nproc, argv, launcher)
     print("launch: " + " ".join(command[1:]), file=sys.stderr)
     return subprocess.call(command)
 

@@ -15,7 +15,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["backend", "barrier", "is_main", "on_main", "rank", "torchrun_command", "world_size"]
+from nlptasks.errors import NlptasksError
+
+__all__ = ["LAUNCH_OPTIONS", "backend", "barrier", "is_main", "launcher_args", "on_main", "rank", "torchrun_command",
+           "world_size"]
 
 T = TypeVar("T")
 
@@ -82,22 +85,57 @@ def backend() -> str | None:
     return dist.get_backend() if dist.is_initialized() else None
 
 
-def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:
-    """``python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks <argv>``,
-    with ``--nproc`` and its value taken out of ``argv``."""
+LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id")
+"""``nlptasks run`` options that choose the launch; the launched command runs without them."""
+
+
+def launcher_args(nproc: int, nnodes: int = 1, endpoint: str | None = None, node_rank: int | None = None,
+                  rdzv_id: str = "nlptasks") -> list[str]:
+    """torchrun's options for ``nproc`` processes on each of ``nnodes`` machines.
+
+    One machine: ``--standalone``.  Several: every machine runs the same command with the same
+    ``endpoint`` (``HOST:PORT`` that all of them reach); with ``node_rank`` the static rendezvous
+    (machine ``node_rank`` 0 is at ``endpoint`` and holds global rank 0), without it torchrun's
+    c10d rendezvous (ranks in order of arrival; ``rdzv_id`` names the job).
+    """
+    if nnodes < 1:
+        raise NlptasksError(f"--nnodes: {nnodes} machines; give 1 or more")
+    if nnodes == 1:
+        if endpoint is not None or node_rank is not None:
+            raise NlptasksError("--rdzv-endpoint and --node-rank are for several machines: add --nnodes N (N > 1)")
+        return ["--standalone", f"--nproc_per_node={nproc}"]
+    if not endpoint:
+        raise NlptasksError(
+            f"--nnodes {nnodes}: give --rdzv-endpoint HOST:PORT, an address every machine reaches",
+            hint="On each machine: nlptasks run RECIPE --nproc N --nnodes M --rdzv-endpoint HOST:29400 "
+                 "(docs/optimize.md#several-machines)",
+        )
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise NlptasksError(f"--rdzv-endpoint {endpoint!r}: give HOST:PORT, e.g. node0.cluster:29400")
+    common = [f"--nnodes={nnodes}", f"--nproc_per_node={nproc}"]
+    if node_rank is None:
+        return [*common, "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", f"--rdzv_id={rdzv_id}"]
+    if not 0 <= node_rank < nnodes:
+        raise NlptasksError(f"--node-rank {node_rank}: give 0 to {nnodes - 1} (one per machine)")
+    return [*common, "--rdzv_backend=static", f"--node_rank={node_rank}", f"--master_addr={host}",
+            f"--master_port={port}"]
+
+
+def torchrun_command(nproc: int, argv: Sequence[str], launcher: Sequence[str] | None = None) -> list[str]:
+    """``python -m torch.distributed.run <launcher> -m nlptasks <argv>``, with the launch options
+    (:data:`LAUNCH_OPTIONS`) and their values taken out of ``argv``; ``launcher`` defaults to
+    ``--standalone --nproc_per_node N``."""
     rest: list[str] = []
     skip = False
     for item in argv:
         if skip:
             skip = False
             continue
-        if item == "--nproc":
+        if item in LAUNCH_OPTIONS:
             skip = True
             continue
-        if item.startswith("--nproc="):
+        if item.startswith(tuple(f"{o}=" for o in LAUNCH_OPTIONS)):
             continue
         rest.append(item)
-    return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-        "-m", "nlptasks", *rest,
-    ]
+    return [sys.executable, "-m", "torch.distributed.run", *(launcher or launcher_args(nproc)), "-m", "nlptasks", *rest]

@@ -14,9 +14,12 @@ Which backend loads a folder: ``nlptasks infer --backend`` / ``nlptasks.load(bac
 exported folder and torch otherwise; ``onnx`` on a folder without ``model.onnx`` and ``torch`` on
 an exported folder (it holds no torch weights) are errors that say what to use instead.
 
-Threads: onnxruntime's intra-op thread count is ``NLPTASKS_ONNX_THREADS`` when set, else
-``torch.get_num_threads()`` (what ``OMP_NUM_THREADS`` / ``torch.set_num_threads`` chose), and one
-inter-op thread.  Sessions run on onnxruntime's CPU provider.
+Threads: one inter-op thread, and intra-op threads from the environment (else
+``torch.get_num_threads()``: what ``OMP_NUM_THREADS`` / ``torch.set_num_threads`` chose).
+Sessions run on onnxruntime's CPU provider.  Environment variables:
+
+``NLPTASKS_ONNX_THREADS``
+    onnxruntime's intra-op threads for ONNX exports (default: torch's thread count).
 """
 
 from __future__ import annotations

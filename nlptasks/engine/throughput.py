@@ -20,7 +20,14 @@ of model FLOPs utilisation, recorded in ``metrics.json["train"]`` of every run.
     (``"table"``), else a matrix multiply in the run's precision timed once on this machine with
     the run's thread count and cached in ``~/.cache/nlptasks/peak_flops.json`` (``"measured"``:
     the best of the first three runs' measurements, as a busy machine measures low; an achievable
-    peak, so the figure is higher than one against the datasheet's), or ``$NLPTASKS_PEAK_TFLOPS`` (``"environment"``).
+    peak, so the figure is higher than one against the datasheet's), or the environment's
+    (``"environment"``).
+
+Environment variables:
+
+``NLPTASKS_PEAK_TFLOPS``
+    the training device's peak in TFLOP/s for the MFU estimate of runs (instead of the table of
+    GPUs or the measured one).
 """
 
 from __future__ import annotations
