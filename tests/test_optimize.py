@@ -412,3 +412,58 @@ def test_oom_after_the_weights_changed_or_with_the_fallback_off_is_a_clear_error
     assert "--set train.batch_size=4 --set train.gradient_accumulation_steps=2" in info.value.render()
     with pytest.raises(NlptasksError, match="optimize.oom_fallback is off"):
         train(tmp_path / "off", "optimize.oom_fallback=false", probe=Probe(on_model=oom_above(2)))
+
+
+def test_length_grouped_batches_come_in_random_order_with_transformers_padding(tmp_path):
+    """The engine's length-grouped sampler keeps the batches transformers' grouping makes (the
+    same padding) but not its long-to-short sweep through each mega-batch (which cost 1.2 points
+    of SST-2 accuracy): the longest batch first, a short last batch last, the rest shuffled, a
+    function of seed and epoch (exact resume)."""
+    import random
+
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    probe, _, _ = train(tmp_path, "train.group_by_length=true", "train.max_steps=1")
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 120) for _ in range(1000)]
+    sampler = type(probe.trainer._get_train_sampler())(16, lengths=lengths)
+
+    def batches(order):
+        return [order[i:i + 16] for i in range(0, len(order), 16)]
+
+    def width_sum(order):
+        return sum(max(lengths[i] for i in b) * len(b) for b in batches(order))
+
+    sampler.set_epoch(3)
+    ours = list(sampler)
+    generator = torch.Generator()
+    generator.manual_seed(42 + 3)  # the recipe's seed + the epoch
+    theirs = get_length_grouped_indices(lengths, 16, generator=generator)
+    assert sorted(ours) == list(range(1000))
+    assert sorted(map(sorted, batches(ours))) == sorted(map(sorted, batches(theirs)))  # the same batches
+    assert width_sum(ours) == width_sum(theirs) < 0.6 * width_sum(list(range(1000)))
+    assert max(lengths[i] for i in ours[:16]) == max(lengths)  # the longest first (an OOM shows at once)
+    assert len(batches(ours)[-1]) == 1000 % 16 and batches(ours)[-1] == batches(theirs)[-1]
+    firsts = [max(lengths[i] for i in b) for b in batches(ours)[1:-1]]
+    descending_runs = sum(a >= b for a, b in zip(firsts, firsts[1:], strict=False))
+    assert descending_runs < 0.75 * len(firsts)  # not transformers' long-to-short sweeps
+    assert list(sampler) == ours  # the same epoch again: the same order (resume replays it)
+    sampler.set_epoch(4)
+    assert list(sampler) != ours
+
+
+def test_auto_precision_on_a_cpu(monkeypatch):
+    """`train.precision = "auto"` on a CPU: bf16 autocast for a pretrained model where the CPU
+    multiplies bf16 natively, fp32 for a model built from scratch or on a CPU without it."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    from nlptasks.engine import inference
+    from nlptasks.engine.training import resolve_precision
+    from nlptasks.plan.estimate import resolved_precision
+
+    for native in (True, False):
+        monkeypatch.setattr(inference, "cpu_has_bf16", lambda native=native: native)
+        assert resolve_precision("auto", pretrained=True) == resolved_precision("auto", "cpu") == (
+            "bf16" if native else "fp32")
+        assert resolve_precision("auto", pretrained=False) == resolved_precision("auto", "cpu", False) == "fp32"
+        assert resolve_precision("fp32", pretrained=True) == "fp32"

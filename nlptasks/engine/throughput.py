@@ -17,8 +17,8 @@ of model FLOPs utilisation, recorded in ``metrics.json["train"]`` of every run.
     figure overstates the work a little.
 ``peak_tflops`` and ``peak_source``
     the peak it divides by: a table of dense bf16/fp16 and tf32 peaks for known CUDA GPUs
-    (``"table"``), else a matrix multiply in the run's precision timed once on this machine with
-    the run's thread count and cached in ``~/.cache/nlptasks/peak_flops.json`` (``"measured"``:
+    (``"table"``), else a 2048 x 2048 matrix multiply in the run's precision timed on this
+    machine with the run's thread count and cached in ``~/.cache/nlptasks/peak_flops.json`` (``"measured"``:
     the best of the first three runs' measurements, as a busy machine measures low; an achievable
     peak, so the figure is higher than one against the datasheet's), or the environment's
     (``"environment"``).
@@ -193,23 +193,24 @@ def _measured(machine: str, dtype: Any, device: str) -> tuple[float | None, str]
     return cached[key]["flops"], "measured"
 
 
-def _time_matmul(dtype: Any, device: str, n: int = 1024) -> float | None:
+def _time_matmul(dtype: Any, device: str, n: int = 2048) -> float | None:
     """The best FLOP/s of an n x n matrix multiply over a few repeats (about a second on a CPU)."""
     import torch
 
     try:
         a = torch.randn(n, n, dtype=dtype, device=device)
         b = torch.randn(n, n, dtype=dtype, device=device)
+        a @ b  # warm-up: the first call picks kernels
         best = float("inf")
-        for _ in range(6):
+        for _ in range(4):
             if device == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            for _ in range(4):
+            for _ in range(2):
                 a @ b
             if device == "cuda":
                 torch.cuda.synchronize()
-            best = min(best, (time.perf_counter() - start) / 4)
+            best = min(best, (time.perf_counter() - start) / 2)
         return 2 * n**3 / best if best > 0 else None
     except RuntimeError:  # a dtype the device cannot multiply in
         return None

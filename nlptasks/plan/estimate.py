@@ -167,12 +167,15 @@ class Settings:
     device: str = "cpu"
 
 
-def resolved_precision(precision: str, device: str) -> str:
-    """``train.precision`` as it would resolve on ``device`` (``auto``: bf16 on CUDA, fp32 on CPU)."""
+def resolved_precision(precision: str, device: str, pretrained: bool = True) -> str:
+    """``train.precision`` as it would resolve on ``device`` (``auto``: bf16 on CUDA, and on a CPU
+    with native bf16 for a pretrained model; fp32 otherwise)."""
     if precision != "auto":
         return precision
     if device != "cuda":
-        return "fp32"
+        from nlptasks.engine.inference import cpu_has_bf16
+
+        return "bf16" if pretrained and cpu_has_bf16() else "fp32"
     import torch
 
     if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
@@ -191,7 +194,7 @@ def settings_of(recipe: Recipe, device: str) -> Settings:
         seq_len=recipe.model.max_length,
         checkpointing=opt.gradient_checkpointing,
         optimizer=resolve_optimizer(opt.optimizer, device),
-        precision=resolved_precision(recipe.train.precision, device),
+        precision=resolved_precision(recipe.train.precision, device, recipe.model.name_or_path is not None),
         quantization=peft.quantization if peft is not None else "none",
         double_quant=peft.double_quant if peft is not None else True,
         attention=opt.attention,

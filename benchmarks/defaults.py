@@ -1,0 +1,204 @@
+"""Defaults vs defaults: the seed's plain Trainer script with transformers' defaults against
+``nlptasks run`` with the shipped recipe (issue 21, benchmark 1).
+
+What a user compares: their plain script, which sets the model, the data, the epochs, the batch
+size and the learning rate and leaves everything else to transformers (dynamic padding, the
+default optimizer ``adamw_torch_fused``, random batch order, fp32 on a CPU, no warmup or weight
+decay), against our shipped recipe as it is (only the model folder, the data files and the
+number of training rows given on the command line).  Same model, data, seed, epochs, batch size,
+learning rate and max length on both sides.  Cases:
+
+* ``sst2``: SST-2, MiniLM-L6, ``recipes/sst2-minilm.toml`` vs ``benchmarks/plain_cls.py``;
+* ``conll2003``: CoNLL-2003, MiniLM-L6, ``recipes/conll2003-minilm.toml`` vs ``benchmarks/ner_plain.py``;
+* ``chnsenticorp``: ChnSentiCorp with a char-level BERT from scratch, ``recipes/cls.toml`` on that
+  data vs ``plain_cls.py`` starting from the same initial weights and vocabulary (nlptasks builds
+  them and saves them after one step at learning rate 1e-12: the plain script cannot build a
+  vocabulary itself).
+
+For each case the nlptasks side also runs with each of its defaults turned back to
+transformers' value (``--ablate``: ``train.precision=fp32``, ``train.group_by_length=false``,
+``optimize.optimizer=adamw_torch``), so each default's share of the gain is measured.  It prints
+samples/s (the Trainer's ``train_samples_per_second``), the ratio to the plain script, the
+validation and test metric and the change in points, and, for nlptasks, tokens/s and the padding
+fraction it recorded.  Goal: **≥ 1.5x samples/s with the metric within 0.5 points**.
+
+    OMP_NUM_THREADS=2 python benchmarks/defaults.py --threads 2 --docs
+    python benchmarks/defaults.py --cases sst2 --train-rows 64 --eval-rows 64 --docs --docs-file /tmp/b.md   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _docs  # noqa: E402
+from _harness import setup, timed  # noqa: E402
+
+CASES = {
+    "sst2": {"recipe": "sst2-minilm.toml", "plain": "plain_cls.py", "data": DATA / "sst2", "ext": "csv",
+             "metric": "accuracy", "scratch": False, "rows": 4000},
+    "conll2003": {"recipe": "conll2003-minilm.toml", "plain": "ner_plain.py", "data": DATA / "conll2003",
+                  "ext": "jsonl", "metric": "f1", "scratch": False, "rows": 2000},
+    "chnsenticorp": {"recipe": "cls.toml", "plain": "plain_cls.py", "data": DATA / "chnsenticorp", "ext": "csv",
+                     "metric": "accuracy", "scratch": True, "rows": 4000},
+}
+ABLATIONS = {
+    "train.precision=fp32": "fp32 instead of bf16 autocast",
+    "train.group_by_length=false": "random batch order instead of length-grouped",
+    "optimize.optimizer=adamw_torch": "unfused AdamW",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", nargs="+", choices=sorted(CASES), default=list(CASES))
+    p.add_argument("--train-rows", type=int, help="training rows of every case (default: each case's own)")
+    p.add_argument("--eval-rows", type=int, help="first N validation and test rows (default: all)")
+    p.add_argument("--ablate", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run nlptasks with each default turned back (default: on)")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count() or 1)
+    p.add_argument("--work-dir", type=Path)
+    p.add_argument("--json", type=Path)
+    _docs.add_arguments(p)
+    args = p.parse_args(argv)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    info = _docs.start(__file__, argv)
+    model, work = setup(None, args.work_dir, "defaults_")
+    figures = {"command": info.command, "threads": args.threads, "cases": {}}
+    for name in args.cases:
+        figures["cases"][name] = run_case(name, CASES[name], model, work / name, args)
+    _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    return 0 if all(goal_met(c) for c in figures["cases"].values()) else 1
+
+
+def _files(case: dict, work: Path, eval_rows: int | None) -> dict[str, Path]:
+    """The case's train/validation/test files; validation and test cut to ``eval_rows``."""
+    files = {}
+    for split in ("train", "validation", "test"):
+        path = case["data"] / f"{split}.{case['ext']}"
+        if split != "train" and eval_rows:
+            cut = work / f"{split}.{case['ext']}"
+            with path.open(encoding="utf-8") as src, cut.open("w", encoding="utf-8") as dst:
+                for i, line in enumerate(src):
+                    if i >= eval_rows + (case["ext"] == "csv"):  # csv: the header and N rows
+                        break
+                    dst.write(line)
+            path = cut
+        files[split] = path.resolve()
+    return files
+
+
+def run_case(name: str, case: dict, model: str, work: Path, args: argparse.Namespace) -> dict:
+    from nlptasks.pipeline import load_recipe
+
+    work.mkdir(parents=True, exist_ok=True)
+    files = _files(case, work, args.eval_rows)
+    rows = args.train_rows or case["rows"]
+    base = [f"data.{s}={json.dumps(str(f))}" for s, f in files.items()] + [f"data.max_train_rows={rows}",
+                                                                           f"output.dir={json.dumps(str(work / 'runs'))}"]
+    if not case["scratch"]:
+        base.append(f"model.name_or_path={json.dumps(model)}")
+    recipe = load_recipe(ROOT / "recipes" / case["recipe"], base).recipe
+    env = dict(os.environ)
+    init = _initial_weights(case, base, work, env) if case["scratch"] else model
+    t = recipe.train
+    plain_out = work / "plain.json"
+    plain_cmd = [sys.executable, str(ROOT / "benchmarks" / case["plain"]), "--train", str(files["train"]),
+                 "--validation", str(files["validation"]), "--test", str(files["test"]), "--model", init,
+                 "--train-rows", str(rows), "--epochs", str(t.epochs), "--batch-size", str(t.batch_size),
+                 "--lr", str(t.learning_rate), "--max-length", str(recipe.model.max_length), "--seed", str(recipe.seed),
+                 "--optim", "adamw_torch_fused",  # TrainingArguments' default
+                 "--disable-tqdm", "--output-dir", str(work / "plain_trainer"), "--out", str(plain_out)]
+    times = timed(plain_cmd, work / "plain.log", env)
+    plain = json.loads(plain_out.read_text(encoding="utf-8"))
+    metric = case["metric"]
+    sides = {"plain script, transformers' defaults": {
+        "samples_per_second": plain["train_samples_per_second"], "validation": _plain(plain, "validation", metric),
+        "test": _plain(plain, "test", metric), "wall": times["wall"]}}
+    variants = {"nlptasks, shipped recipe": []}
+    if args.ablate:
+        variants.update({f"nlptasks, {why}": [change] for change, why in ABLATIONS.items()})
+    for label, changes in variants.items():
+        tag = "ours" if not changes else changes[0].split("=")[0].split(".")[-1]
+        cmd = [sys.executable, "-m", "nlptasks", "run", str(ROOT / "recipes" / case["recipe"]), "--no-progress"]
+        for item in [*base, f"output.run_name={tag}", *changes]:
+            cmd += ["--set", item]
+        times = timed(cmd, work / f"{tag}.log", env)
+        (metrics_file,) = (work / "runs").glob(f"*/{tag}/metrics.json")
+        m = json.loads(metrics_file.read_text(encoding="utf-8"))
+        train = m["train"]
+        sides[label] = {"samples_per_second": train["samples_per_second"], "validation": m["validation"][metric],
+                        "test": (m.get("test") or {}).get(metric), "wall": times["wall"],
+                        "tokens_per_second": train.get("tokens_per_second"),
+                        "padding_fraction": train.get("padding_fraction"), "mfu": train.get("mfu")}
+    return {"metric": metric, "rows": rows, "epochs": t.epochs, "batch_size": t.batch_size, "recipe": case["recipe"],
+            "sides": sides}
+
+
+def _plain(result: dict, split: str, metric: str) -> float | None:
+    """A figure of a plain script's JSON: ``{metric}_{split}`` (plain_cls.py) or ``{split: {metric}}`` (ner_plain.py)."""
+    if f"{metric}_{split}" in result:
+        return result[f"{metric}_{split}"]
+    return (result.get(split) or {}).get(metric)
+
+
+def _initial_weights(case: dict, base: list[str], work: Path, env: dict) -> str:
+    """A from-scratch recipe's initial model (vocabulary built from the data, weights drawn from
+    the seed) saved as a folder the plain script loads: one step at learning rate 1e-12."""
+    cmd = [sys.executable, "-m", "nlptasks", "run", str(ROOT / "recipes" / case["recipe"]), "--no-progress"]
+    for item in [*base, "output.run_name=init", "train.max_steps=1", "train.learning_rate=1e-12",
+                 "train.warmup=0", "train.eval_strategy=no", "train.keep_best=false"]:
+        cmd += ["--set", item]
+    timed(cmd, work / "init.log", env)
+    (folder,) = (work / "runs").glob("*/init")
+    return str(folder)
+
+
+def goal_met(case: dict) -> bool:
+    plain, ours = case["sides"]["plain script, transformers' defaults"], case["sides"]["nlptasks, shipped recipe"]
+    return (ours["samples_per_second"] >= 1.5 * plain["samples_per_second"]
+            and abs(ours["validation"] - plain["validation"]) <= 0.005)
+
+
+def intro(f: dict) -> str:
+    return (f"{f['threads']} torch threads on both sides. The plain script sets model, data, epochs, batch size, "
+            "learning rate, max length and seed, nothing else; nlptasks runs the shipped recipe as it is. "
+            "Samples/s as the Trainer reports them (evaluation during training included where the recipe "
+            "evaluates).")
+
+
+def render(f: dict) -> str:
+    lines = []
+    for name, c in f["cases"].items():
+        plain = c["sides"]["plain script, transformers' defaults"]
+        m = c["metric"]
+        lines += [f"**{name}** (`recipes/{c['recipe']}`, {c['rows']:,} training rows, {c['epochs']:g} epoch(s), "
+                  f"batch {c['batch_size']})", "",
+                  f"| side | samples/s | vs plain | validation {m} | test {m} | tokens/s | padding |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for label, s in c["sides"].items():
+            ratio = s["samples_per_second"] / plain["samples_per_second"]
+            gap = "" if s is plain else f" ({100 * (s['validation'] - plain['validation']):+.2f})"
+            tgap = "" if s is plain or s["test"] is None else f" ({100 * (s['test'] - plain['test']):+.2f})"
+            tokens = f"{s['tokens_per_second']:.0f}" if s.get("tokens_per_second") else "—"
+            padding = f"{s['padding_fraction']:.1%}" if s.get("padding_fraction") is not None else "—"
+            bold = "**" if label == "nlptasks, shipped recipe" else ""
+            lines.append(f"| {label} | {s['samples_per_second']:.1f} | {bold}{ratio:.2f}x{bold} | "
+                         f"{s['validation']:.4f}{gap} | " + (f"{s['test']:.4f}{tgap}" if s["test"] is not None else "—")
+                         + f" | {tokens} | {padding} |")
+        lines += ["", f"Goal (≥ 1.5x samples/s, validation {m} within 0.5 points): "
+                  + ("**met**" if goal_met(c) else "**not met**") + ".", ""]
+    return "\n".join(lines).rstrip()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
