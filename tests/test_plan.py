@@ -261,3 +261,25 @@ def test_probe_measures_this_machine_only(cli):
         pytest.skip("a CUDA machine may probe for cuda")
     code, _, err = cli("plan", str(CLS), "--probe", "--device", "cuda")
     assert code == 2 and "--probe measures on this machine (cpu)" in err
+
+
+def test_fsdp_estimate_is_per_rank():
+    """With train.extra.fsdp and N processes, weights, gradients and optimizer states are sharded
+    over N ranks, plus one gathered unit (two for the weights: the next one is prefetched)."""
+    shared("chnsenticorp")
+    from nlptasks.plan import make_plan
+
+    recipe = str(RECIPES / "bench" / "ladder-macbert-large.toml")
+    fsdp = ["train.extra={ fsdp = true }"]
+    ddp = {r.rung.name: r for r in make_plan(recipe, fsdp, device="cuda", rungs=["baseline"], nproc=4).rows}
+    one = {r.rung.name: r for r in make_plan(recipe, [], device="cuda", rungs=["baseline"], nproc=4).rows}
+    sharded, full = ddp["baseline"], one["baseline"]
+    assert sharded.settings.shards == 4 and full.settings.shards == 1  # plain DDP keeps every copy
+    s, f = sharded.estimate, full.estimate
+    assert s.optimizer == f.optimizer // 4
+    layer = 4 * sum(p.numel for p in sharded.shape.params if p.where == 0)  # fp32: one of 24 layers, the largest unit
+    assert layer > 4 * sum(p.numel for p in sharded.shape.params if not 0 <= p.where < 24)
+    assert s.weights == int(f.weights / 4 + 2 * layer)
+    assert s.gradients == f.gradients // 4 + layer
+    assert s.activations == f.activations  # activations are per rank either way
+    assert s.total < 0.7 * f.total

@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from conftest import RECIPES, TINY, read_metrics, shared
+from conftest import RECIPES, read_metrics, shared
 
 
 @pytest.mark.slow

@@ -35,6 +35,9 @@ def register(sub: Any) -> None:
                         "measured peak beside the estimate: CUDA max allocated, or on CPU the peak RSS")
     p.add_argument("--steps", type=int, default=3, metavar="N", help="with --probe: steps per rung (default: 3)")
     p.add_argument("--rungs", metavar="NAMES", help="only these rungs, comma-separated (e.g. baseline,lora)")
+    p.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="processes the run will use: with train.extra.fsdp the estimate is per rank, weights, "
+                        "gradients and optimizer states sharded over N (default: 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
     p.set_defaults(func=cmd)
 
@@ -44,7 +47,7 @@ def ladder_plan(args: argparse.Namespace, device: str | None) -> Any:
     from nlptasks.plan import make_plan
 
     rungs = [r.strip() for r in args.rungs.split(",") if r.strip()] if getattr(args, "rungs", None) else None
-    plan = make_plan(args.recipe, args.overrides, device=device, rungs=rungs)
+    plan = make_plan(args.recipe, args.overrides, device=device, rungs=rungs, nproc=max(1, getattr(args, "nproc", 1)))
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     return plan

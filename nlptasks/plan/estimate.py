@@ -165,6 +165,7 @@ class Settings:
     double_quant: bool = True
     attention: str = "auto"
     device: str = "cpu"
+    shards: int = 1  # FSDP (train.extra.fsdp): the ranks weights, gradients and optimizer states are sharded over
 
 
 def resolved_precision(precision: str, device: str, pretrained: bool = True) -> str:
@@ -183,7 +184,9 @@ def resolved_precision(precision: str, device: str, pretrained: bool = True) -> 
     return "bf16"
 
 
-def settings_of(recipe: Recipe, device: str) -> Settings:
+def settings_of(recipe: Recipe, device: str, nproc: int = 1) -> Settings:
+    """The estimate's settings of ``recipe`` on ``device``, run on ``nproc`` processes (with
+    ``train.extra.fsdp`` FSDP shards over them; plain DDP keeps a full copy on every rank)."""
     from nlptasks.engine.optimize import resolve_optimizer
 
     opt = recipe.optimize
@@ -199,6 +202,7 @@ def settings_of(recipe: Recipe, device: str) -> Settings:
         double_quant=peft.double_quant if peft is not None else True,
         attention=opt.attention,
         device=device,
+        shards=max(1, nproc) if recipe.train.extra.get("fsdp") else 1,
     )
 
 
@@ -320,6 +324,20 @@ def estimate(shape: ModelShape, s: Settings) -> Estimate:
         temporaries = 4 * largest
     else:
         temporaries = 0
+    if s.shards > 1:
+        # FSDP (full shard): each rank keeps 1/shards of the weights, gradients and optimizer states;
+        # a unit (one transformer layer; the embeddings and head together) is gathered whole for its
+        # forward and backward, with the next one prefetched, and its full gradient exists until it
+        # is reduce-scattered.
+        units: dict[int, list[ParamInfo]] = {}
+        for p in shape.params:
+            units.setdefault(p.where if 0 <= p.where < L else -1, []).append(p)
+        unit_weights = max((sum(_weight_bytes(p, s, L) for p in ps) for ps in units.values()), default=0)
+        unit_grads = max((sum(p.numel * p.elem for p in ps if p.trainable) for ps in units.values()), default=0)
+        weights = int(weights / s.shards + 2 * unit_weights)
+        gradients = gradients // s.shards + unit_grads
+        optimizer //= s.shards
+        temporaries //= s.shards
     # Gradients are set to None after each optimizer step: without accumulation they grow while
     # the activations are freed; with accumulation they are all there during the next forward.
     backward = activations + gradients if s.accumulation > 1 else max(activations, gradients)

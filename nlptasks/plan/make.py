@@ -124,12 +124,14 @@ def rung_model(ctx: Any, base: Any, loaded: LoadedRecipe) -> Any:
 
 
 def make_plan(
-    path: str, overrides: list[str], device: str | None = None, rungs: list[str] | None = None
+    path: str, overrides: list[str], device: str | None = None, rungs: list[str] | None = None, nproc: int = 1
 ) -> Plan:
     """The ladder of the recipe at ``path`` (with ``overrides``) and an estimate for every rung.
 
     :param device: ``cuda`` or ``cpu`` (default: this machine's).
     :param rungs: only these rung names (default: all).
+    :param nproc: processes of the run: with ``train.extra.fsdp``, the ranks FSDP shards over
+        (the estimate is per rank).
     """
     import torch
 
@@ -164,7 +166,7 @@ def make_plan(
                 rows.append(PlanRow(rung, None, None, needs=exc.render().splitlines()[0]))
                 continue
             shape = model_shape(model, head_per_token=per_token)
-            settings = settings_of(rung_loaded.recipe, device)
+            settings = settings_of(rung_loaded.recipe, device, nproc)
             rows.append(PlanRow(rung, estimate(shape, settings), settings, needs, shape))
     effective = loaded.recipe.train.batch_size * loaded.recipe.train.gradient_accumulation_steps
     return Plan(str(path), device, model_shape(base).model_class, rows, effective, notes)
