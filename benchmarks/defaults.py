@@ -15,6 +15,7 @@ learning rate and max length on both sides.  Cases:
   them and saves them after one step at learning rate 1e-12: the plain script cannot build a
   vocabulary itself).
 
+Each case writes its own block (``defaults-sst2`` ...) of docs/benchmarks.md with ``--docs``.
 For each case the nlptasks side also runs with each of its defaults turned back to
 transformers' value (``--ablate``: ``train.precision=fp32``, ``train.group_by_length=false``,
 ``optimize.optimizer=adamw_torch``), so each default's share of the gain is measured.  It prints
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = {"command": info.command, "threads": args.threads, "cases": {}}
     for name in args.cases:
         figures["cases"][name] = run_case(name, CASES[name], model, work / name, args)
-    _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
+        one = {**figures, "cases": {name: figures["cases"][name]}}  # one block per case: rerun one alone
+        _docs.publish(args, _docs.block_name(__file__, name), info, render(one), intro(one))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0 if all(goal_met(c) for c in figures["cases"].values()) else 1

@@ -96,6 +96,14 @@ def test_cls_fp32_equal_and_int8_smaller(runs, cli, tmp_path):
     code, out, _ = cli("infer", "--model", tmp_path / "int8", "服务很好")  # the CLI picks ONNX by itself
     assert code == 0 and json.loads(out)["label"] in manifest["labels"]
 
+    from nlptasks.engine.onnx_export import int8_weight_type
+
+    assert manifest8["onnx"]["weight_type"] == int8_weight_type()  # auto: this CPU's (QInt8 with VNNI)
+    other = "QUInt8" if int8_weight_type() == "QInt8" else "QInt8"
+    chosen, _, _ = export(cli, run_dir, tmp_path / "other", "--quantize", "int8", "--int8-weights", other)
+    assert chosen["onnx"]["weight_type"] == other
+    assert chosen["onnx"]["measured"]["changed"] <= 0.1 * chosen["onnx"]["measured"]["inputs"]
+
 
 def test_ner_windows_and_offsets(runs, cli, tmp_path):
     run_dir = _run(runs, "ner", "ner.toml", "data.max_train_rows=300")

@@ -31,6 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument("--quantize", choices=("none", "int8"), default="none",
                    help="with --onnx: int8 = dynamic quantization of the weights (smaller, faster on CPUs with "
                         "VNNI; the accuracy change is measured); default: none (fp32, same predictions as torch)")
+    p.add_argument("--int8-weights", choices=("auto", "QInt8", "QUInt8"), default="auto",
+                   help="with --quantize int8: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
+                        "else QUInt8 (QInt8 saturates without VNNI). Choose for the machine that will serve it")
     p.add_argument("--opset", type=int, default=17, metavar="N", help="with --onnx: ONNX opset, 14 to 20 (default: 17)")
     p.add_argument("--check-rows", type=int, default=2000, metavar="N",
                    help="with --onnx: rows of the run's test file to compare torch and ONNX on (default: 2000; 0: none)")
@@ -70,7 +73,8 @@ def _onnx(args: argparse.Namespace) -> int:
     from nlptasks.pipeline.onnx import export_and_measure
 
     manifest, warnings = export_and_measure(args.run, args.onnx, quantize=args.quantize, opset=args.opset,
-                                            adapter=args.adapter, rows=args.check_rows, max_drop=args.max_drop)
+                                            adapter=args.adapter, rows=args.check_rows, max_drop=args.max_drop,
+                                            int8_weights=args.int8_weights)
     info = manifest["onnx"]
     size = info["sizes"].get("int8_bytes", info["sizes"]["fp32_bytes"])
     print(f"exported {display(args.run)} to {display(args.onnx)}: {info['quantize']}, opset {info['opset']}, "

@@ -175,13 +175,24 @@ def check_graph(model: Any, onnx_model: OnnxModel, names: list[str], limit: int)
     return {"shapes": [list(s) for s in shapes], "max_abs_diff": largest}
 
 
-INT8_WEIGHTS = "QUInt8"
-"""The int8 weight type.  Measured on our tiny ner run on a CPU without VNNI: QUInt8 changed 3 of
-200 sentences' tags (token accuracy +0.06 points), QInt8 16 of 200 (the u8×s8 kernels saturate
-without VNNI); on the cls run neither changed a label.  On CPUs with VNNI, QInt8 may be faster."""
+INT8_WEIGHTS = ("auto", "QInt8", "QUInt8")
+"""``--int8-weights``: onnxruntime's weight types for dynamic quantization (``auto``: :func:`int8_weight_type`)."""
 
 
-def _quantize(fp32: Path, out: Path, weight_type: str = INT8_WEIGHTS) -> None:
+def int8_weight_type() -> str:
+    """The int8 weight type for this machine: ``QInt8`` (signed weights, onnxruntime's u8×s8
+    kernels) on a CPU with VNNI (AVX-512 VNNI, AVX-VNNI or AMX), where those kernels do not
+    saturate: measured 744 vs 435 SST-2 sentences/s for QUInt8 with MiniLM on our CPUs
+    (docs/onnx.md); ``QUInt8`` elsewhere (without VNNI the u8×s8 kernels saturate: QInt8 changed
+    16 of 200 tiny-NER sentences' tags there, QUInt8 3)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "QUInt8"
+    return "QInt8" if any(f in flags for f in (" avx512_vnni", " avx_vnni", " amx_int8")) else "QUInt8"
+
+
+def _quantize(fp32: Path, out: Path, weight_type: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     import logging
@@ -198,7 +209,7 @@ def _quantize(fp32: Path, out: Path, weight_type: str = INT8_WEIGHTS) -> None:
 
 
 def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = DEFAULT_OPSET,
-                adapter: str | None = None) -> dict[str, Any]:
+                adapter: str | None = None, int8_weights: str = "auto") -> dict[str, Any]:
     """Export ``run_dir`` to ``out`` (a new folder) as ONNX; returns the new folder's manifest.
 
     ``out/model.onnx`` is the model (int8-quantized with ``quantize="int8"``); ``out`` becomes a
@@ -217,6 +228,9 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
                             hint=INSTALL_HINT) from None
     if quantize not in QUANTIZE:
         raise NlptasksError(f"--quantize {quantize}: choose one of {', '.join(QUANTIZE)}")
+    if int8_weights not in INT8_WEIGHTS:
+        raise NlptasksError(f"--int8-weights {int8_weights}: choose one of {', '.join(INT8_WEIGHTS)}")
+    weight_type = int8_weight_type() if int8_weights == "auto" else int8_weights
     if not 14 <= opset <= 20:
         raise NlptasksError(f"--opset {opset}: this exporter writes opsets 14 to 20", hint=f"Default: {DEFAULT_OPSET}.")
     if out.exists() and any(out.iterdir()):
@@ -247,7 +261,7 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
         )
     sizes = {"fp32_bytes": fp32_path.stat().st_size}
     if quantize == "int8":
-        _quantize(fp32_path, out / ONNX_FILE)
+        _quantize(fp32_path, out / ONNX_FILE, weight_type)
         sizes["int8_bytes"] = (out / ONNX_FILE).stat().st_size
         fp32_path.unlink()  # OUT is one model; the fp32 graph is an export without --quantize
     tokenizer.save_pretrained(str(out))
@@ -261,7 +275,7 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
     manifest["onnx"] = {
         "opset": opset,
         "quantize": quantize,
-        "weight_type": INT8_WEIGHTS if quantize == "int8" else "float32",
+        "weight_type": weight_type if quantize == "int8" else "float32",
         "exported_from": str(run_dir.resolve()),
         "exporter": f"torch.onnx.export (TorchScript, dynamo=False), torch {torch.__version__}",
         "model_class": type(model).__name__,

@@ -158,12 +158,13 @@ def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
 
 
 def export_and_measure(run_dir: Path, out: Path, quantize: str = "none", opset: int = DEFAULT_OPSET,
-                       adapter: str | None = None, rows: int = 2000, max_drop: float = 1.0) -> tuple[dict[str, Any], list[str]]:
+                       adapter: str | None = None, rows: int = 2000, max_drop: float = 1.0,
+                       int8_weights: str = "auto") -> tuple[dict[str, Any], list[str]]:
     """Export, measure (:func:`measure`) and write the figures into ``OUT``'s manifest and card.
 
     Returns ``(manifest, warnings)``: a warning per gold accuracy that drops by more than
     ``max_drop`` points, and for fp32 per changed prediction count."""
-    manifest = export_onnx(run_dir, out, quantize=quantize, opset=opset, adapter=adapter)
+    manifest = export_onnx(run_dir, out, quantize=quantize, opset=opset, adapter=adapter, int8_weights=int8_weights)
     measured = measure(run_dir, out, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
     manifest["onnx"]["measured"] = measured
     write_json(out / MANIFEST, manifest)
