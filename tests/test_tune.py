@@ -46,6 +46,7 @@ def recipe(tmp: Path, trials: int = 2, seed: int = 42,
            extra: str = '"train.batch_size" = { choices = [8, 16] }') -> Path:
     """recipes/cls.toml with absolute data paths and a [tune] table."""
     text = (ROOT / "recipes" / "cls.toml").read_text(encoding="utf-8").replace('"data/cls/', f'"{DATA}/')
+    text = text.split("\n[tune]")[0]  # the quickstart's own search space, replaced by this test's
     path = tmp / "study.toml"
     path.write_text(text + TUNE.format(trials=trials, seed=seed, extra=extra), encoding="utf-8")
     return path
