@@ -215,3 +215,9 @@ def test_two_processes_share_one_sqlite_study(tmp_path):
     assert folders == ["trial-0", "trial-1", "trial-2", "trial-3"]
     assert all((study(tmp_path) / "trials" / f / "COMPLETE").exists() for f in folders)
     assert "2 processes, 1 threads each" in done.stderr
+    import optuna
+
+    trials = optuna.load_study(study_name="study", storage=f"sqlite:///{study(tmp_path) / 'study.db'}").get_trials()
+    pids = [t.user_attrs.get("pid") for t in trials]
+    assert len(set(pids)) == 2 and None not in pids  # both processes ran trials, each trial ran once
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]
