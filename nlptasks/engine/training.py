@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from nlptasks.context import RunContext
 
 __all__ = [
+    "auto_precision",
     "build_trainer",
     "describe_log",
     "evaluate_split",
@@ -24,21 +25,31 @@ __all__ = [
 ]
 
 
+def auto_precision(device: str, pretrained: bool = True) -> str:
+    """What ``train.precision = "auto"`` trains in on ``device`` (``cuda`` or ``cpu``): bf16 on GPUs
+    that support it (a GPU not on this machine is assumed to), fp16 on older GPUs; on a CPU, bf16
+    autocast for fine-tuning a pretrained model where the CPU computes in bf16 natively (AVX-512
+    BF16 or AMX), else fp32.  Measured here (docs/benchmarks.md, "How the defaults were chosen"):
+    MiniLM on SST-2 trains 1.59x faster in bf16 at the same accuracy, while small models built
+    from scratch (``pretrained`` false) gained no speed in bf16 and lost accuracy, so they stay
+    in fp32.  The planner estimates with the same rule."""
+    import torch
+
+    if device == "cuda":
+        return "fp16" if torch.cuda.is_available() and not torch.cuda.is_bf16_supported() else "bf16"
+    from nlptasks.engine.inference import cpu_has_bf16
+
+    return "bf16" if pretrained and cpu_has_bf16() else "fp32"
+
+
 def resolve_precision(precision: str, pretrained: bool = True) -> str:
-    """``auto`` → bf16 on GPUs that support it, fp16 on older GPUs; on a CPU, bf16 autocast for
-    fine-tuning a pretrained model where the CPU computes in bf16 natively (AVX-512 BF16 or AMX),
-    else fp32.  Measured here (docs/benchmarks.md, "How the defaults were chosen"): MiniLM on
-    SST-2 trains 1.59x faster in bf16 at the same accuracy, while small models built from scratch
-    (``pretrained`` false) gained no speed in bf16 and lost accuracy, so they stay in fp32."""
+    """``train.precision`` on this machine: ``auto`` as :func:`auto_precision` says; fp16 without a
+    CUDA GPU is a recipe error."""
     import torch
 
     cuda = torch.cuda.is_available()
     if precision == "auto":
-        if not cuda:
-            from nlptasks.engine.inference import cpu_has_bf16
-
-            return "bf16" if pretrained and cpu_has_bf16() else "fp32"
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return auto_precision("cuda" if cuda else "cpu", pretrained)
     if precision == "fp16" and not cuda:
         raise RecipeError(
             "recipe",

@@ -169,19 +169,13 @@ class Settings:
 
 
 def resolved_precision(precision: str, device: str, pretrained: bool = True) -> str:
-    """``train.precision`` as it would resolve on ``device`` (``auto``: bf16 on CUDA, and on a CPU
-    with native bf16 for a pretrained model; fp32 otherwise)."""
+    """``train.precision`` as it would resolve on ``device`` (``auto``: the engine's
+    :func:`nlptasks.engine.training.auto_precision`)."""
     if precision != "auto":
         return precision
-    if device != "cuda":
-        from nlptasks.engine.inference import cpu_has_bf16
+    from nlptasks.engine.training import auto_precision
 
-        return "bf16" if pretrained and cpu_has_bf16() else "fp32"
-    import torch
-
-    if torch.cuda.is_available() and not torch.cuda.is_bf16_supported():
-        return "fp16"
-    return "bf16"
+    return auto_precision(device, pretrained)
 
 
 def settings_of(recipe: Recipe, device: str, nproc: int = 1) -> Settings:
