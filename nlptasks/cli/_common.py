@@ -19,6 +19,13 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a recipe key (repeatable)")
 
 
+def add_backend_argument(p: Any) -> None:
+    """``--backend auto|torch|onnx`` (infer, eval, serve): which runtime loads the run folders."""
+    p.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
+                   help="auto (default): ONNX Runtime for a folder made by `nlptasks export --onnx`, else torch; "
+                        "onnx/torch insist (an error when the folder is the other kind)")
+
+
 def print_notes(loaded: Any) -> None:
     """Print what loading the recipe changed (``note: ...`` lines on stderr)."""
     for note in loaded.notes:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import display
+from nlptasks.cli._common import add_backend_argument, display
 
 __all__ = ["cmd", "register"]
 
@@ -30,9 +30,7 @@ def register(sub: Any) -> None:
                    help="the eval folder (default: RUN/eval/<timestamp>)")
     p.add_argument("--adapter", metavar="NAME", help="for a run trained with [peft]: the adapter to score")
     p.add_argument("--base-only", action="store_true", help="for a run trained with [peft]: the frozen base alone")
-    p.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
-                   help="torch or ONNX Runtime: auto (the default) runs a folder made by `nlptasks export --onnx` on ONNX "
-                        "Runtime and any other run on torch; torch/onnx insist (an error when the folder is the other kind)")
+    add_backend_argument(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False,
                    help="show the libraries' progress bars (default: off)")
     p.set_defaults(func=cmd)

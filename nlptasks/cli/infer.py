@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import check_positive, task_of
+from nlptasks.cli._common import add_backend_argument, check_positive, task_of
 
 __all__ = ["cmd", "register"]
 
@@ -39,9 +39,7 @@ def register(sub: Any) -> None:
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="inference dtype: auto = bf16 on a CUDA GPU that supports it, else fp32 (default: auto); "
                         "bf16 also runs on a CPU with native bf16 (AVX-512 BF16 or AMX), about twice as fast")
-    p.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
-                   help="auto (default): ONNX Runtime for a folder made by `nlptasks export --onnx`, else torch; "
-                        "onnx/torch insist (an error when the folder is the other kind)")
+    add_backend_argument(p)
     p.add_argument("--chunk-rows", type=int, default=2048, metavar="N",
                    help="inputs read, predicted and written at a time when streaming a file (default: 2048)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import check_positive, display
+from nlptasks.cli._common import add_backend_argument, check_positive, display
 
 __all__ = ["cmd", "register"]
 
@@ -55,9 +55,7 @@ def register(sub: Any) -> None:
     m.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="inference dtype, as for `nlptasks infer` (default: auto)")
     m.add_argument("--adapter", metavar="NAME", help="for runs trained with [peft]: the adapter to serve")
-    m.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
-                   help="torch or ONNX Runtime: auto (the default) runs a folder made by `nlptasks export --onnx` on ONNX "
-                        "Runtime and any other run on torch; torch/onnx insist (an error when the folder is the other kind)")
+    add_backend_argument(m)
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log one line per request")
     p.set_defaults(func=cmd)
