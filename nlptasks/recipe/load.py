@@ -111,7 +111,7 @@ def _pydantic_model_in(annotation: Any) -> type[BaseModel] | None:
 def problems_from(error: ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> list[Problem]:
     """Turn a pydantic ``ValidationError`` into one :class:`Problem` per error, with key paths."""
     problems = []
-    for err in error.errors(include_url=False):
+    for err in _merge_union_members(error.errors(include_url=False)):
         loc = [str(p) for p in err["loc"]]
         where = ".".join([prefix, *loc] if prefix else loc)
         kind = err["type"]
@@ -137,6 +137,39 @@ def problems_from(error: ValidationError, prefix: str = "", root: type[BaseModel
     return problems
 
 
+
+
+_SCALAR_TAGS = {"bool", "int", "float", "str", "none", "dict", "list"}
+
+
+def _union_tag(part: Any) -> bool:
+    """Whether a pydantic location element names a member of a union (``bool``,
+    ``literal['auto']``, ``list[str]``...) rather than a key."""
+    return isinstance(part, str) and (part in _SCALAR_TAGS or "[" in part)
+
+
+def _merge_union_members(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """pydantic reports a value that fits no member of a union once per member, each under the
+    member's tag (``options.packing.bool``, ``options.packing.literal['auto']``); merge them into
+    one error at the key itself that lists what each member accepts."""
+    out: list[dict[str, Any]] = []
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        if not loc or not _union_tag(loc[-1]) or err["type"] in {"extra_forbidden", "missing"}:
+            out.append(err)
+            continue
+        key = loc[:-1]
+        wanted = err["msg"].removeprefix("Input should be ").split(", unable to")[0]
+        if key in groups:
+            groups[key]["wanted"].append(wanted)
+            continue
+        merged = {**err, "loc": key, "wanted": [wanted]}
+        groups[key] = merged
+        out.append(merged)
+    for merged in groups.values():
+        merged["msg"] = "Input should be " + " or ".join(dict.fromkeys(merged.pop("wanted")))
+    return out
 
 
 def load_recipe(
