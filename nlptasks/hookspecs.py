@@ -283,7 +283,8 @@ def nlptasks_build_model(ctx: RunContext) -> PreTrainedModel | None:
         Build the full model even when the recipe has a ``[peft]`` table: the engine then wraps it
         in the adapter right after this step (for tasks that declare ``TaskSpec.peft_task_type``),
         saves the frozen base when it was built from scratch, and logs
-        ``trainable N of M parameters (P%)``.
+        ``trainable N of M parameters (P%)``.  ``nlptasks plan`` runs this step under
+        ``torch.device("meta")``: weights without data, so run the model only if not ``is_meta``.
     """
 
 

@@ -183,17 +183,26 @@ def test_packed_batch_has_the_same_loss_as_the_padded_batch():
 def test_packing_refuses_a_model_whose_attention_crosses_examples():
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from nlptasks import RecipeError
-    from nlptasks_plugins.sft import check_packing
+    from transformers import DataCollatorWithFlattening
 
+    from nlptasks import RecipeError
+    from nlptasks.plugin import use_segment_attention
+    from nlptasks_plugins.sft.packing import check_packing
+
+    plain = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+    split = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100, return_flash_attn_kwargs=True)
     ok = AutoModelForCausalLM.from_config(AutoConfig.for_model(
         "llama", vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
         intermediate_size=64))
-    check_packing(ok)
+    check_packing(ok, plain)
+    assert use_segment_attention(ok)
+    check_packing(ok, split)
     bloom = AutoModelForCausalLM.from_config(AutoConfig.for_model(  # ALiBi: no position ids to restart
         "bloom", vocab_size=50, hidden_size=32, n_layer=1, n_head=2))
-    with pytest.raises(RecipeError, match="options.packing"):
-        check_packing(bloom)
+    assert not use_segment_attention(bloom)  # not an SDPA model of the attention interface: left alone
+    for collator in (plain, split):
+        with pytest.raises(RecipeError, match="options.packing"):
+            check_packing(bloom, collator)
 
 
 # --- dirty data and truncation -----------------------------------------------------------------
@@ -422,6 +431,27 @@ def test_quickstart_with_packing_trains_and_says_how(tmp_path, cli):
     assert "gen_rouge_l" not in metrics["validation"] and "gen_char_f1" in metrics["validation"]
 
 
+def test_packed_runs_split_attention_per_example_with_the_same_result(tmp_path, cli):
+    """On the CPU a packed run computes attention example by example (recorded in nlptasks.json);
+    forcing SDPA's block-diagonal mask instead (optimize.attention = "sdpa") trains to the same
+    validation loss: the split changes the work, not the result."""
+    losses = {}
+    for name, attention in (("split", "auto"), ("mask", "sdpa")):
+        code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
+            *TINY_DECODER, "options.packing=true", "data.max_train_rows=64", "data.max_eval_rows=16", "train.epochs=1",
+            "options.generation_eval.rows=2", "options.generation_eval.max_new_tokens=4", "peft.dropout=0", f"optimize.attention={attention}",
+            f"output.dir={tmp_path}", f"output.run_name={name}",
+        ))
+        assert code == 0, err
+        run = tmp_path / "sft" / name
+        manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
+        assert manifest["attention"] == ("nlptasks_segment_sdpa" if attention == "auto" else "sdpa")
+        configs = list(run.rglob("config.json"))
+        assert configs and not any("segment" in c.read_text(encoding="utf-8") for c in configs)
+        losses[name] = read_metrics(run)["validation"]["loss"]
+    assert losses["split"] == pytest.approx(losses["mask"], abs=1e-4)
+
+
 def test_packing_with_bloom_is_a_recipe_error(tmp_path, cli):
     code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
         *TINY_DECODER, "model.scratch.architecture=bloom", "options.packing=true", "data.max_train_rows=32",
@@ -479,6 +509,51 @@ def test_packing_with_a_virtual_token_peft_method_is_a_recipe_error(tmp_path, cl
         "data.max_train_rows=16", f"output.dir={tmp_path}",
     ))
     assert code == 2 and "options.packing" in err and method in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        (["model.scratch.architecture=bloom"], "lets packed examples attend to each other"),
+        (["peft.method=prefix", "peft.num_virtual_tokens=4"], "adds virtual tokens"),
+        (["train.padding=max_length"], "asks for fixed shapes"),
+    ],
+    ids=["alibi-attention", "virtual-tokens", "fixed-padding"],
+)
+def test_packing_auto_turns_itself_off_and_says_why(tmp_path, cli, settings, reason):
+    """options.packing defaults to "auto": where packing cannot keep examples apart, or the recipe
+    asks for something packing cannot give, the run trains unpacked and the log names the reason."""
+    recipe = without_peft_table(tmp_path)
+    code, out, err = cli("run", recipe, "--no-progress", *sets(
+        *TINY_DECODER, *settings, "data.max_train_rows=16", "data.max_eval_rows=8", "train.epochs=1",
+        "options.generation_eval.rows=1", f"output.dir={tmp_path}", "output.run_name=r",
+    ))
+    assert code == 0, err
+    assert re.search(r'packing off \(options.packing = "auto"\): .*' + re.escape(reason), err), err
+    manifest = json.loads((tmp_path / "sft" / "r" / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["packing"] is False
+    assert read_metrics(tmp_path / "sft" / "r")["train"]["padding_fraction"] > 0
+
+
+def test_packing_is_on_by_default_and_unpacked_training_gives_the_same_loss(tmp_path, cli):
+    """The default packs (no padding in the token count) and trains to the loss of the same run
+    unpacked: same examples, same order, same updates (every weight trained: no dropout masks)."""
+    recipe = without_peft_table(tmp_path)
+    losses = {}
+    for name, packing in (("default", None), ("unpacked", "false")):
+        code, out, err = cli("run", recipe, "--no-progress", *sets(
+            *TINY_DECODER, "data.max_train_rows=48", "data.max_eval_rows=16", "train.epochs=1",
+            "options.generation_eval.rows=1", *([f"options.packing={packing}"] if packing else []),
+            f"output.dir={tmp_path}", f"output.run_name={name}",
+        ))
+        assert code == 0, err
+        run = tmp_path / "sft" / name
+        manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
+        assert manifest["packing"] is (packing is None)
+        metrics = read_metrics(run)
+        assert (metrics["train"]["padding_fraction"] == 0) is (packing is None)
+        losses[name] = metrics["train"]["loss"]
+    assert losses["default"] == pytest.approx(losses["unpacked"], rel=1e-4)
 
 
 def test_peft_method_none_switches_the_quickstarts_lora_off(cli):

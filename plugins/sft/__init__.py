@@ -34,6 +34,9 @@ from nlptasks.plugin import (
     train_and_evaluate,
 )
 
+from .packing import VIRTUAL as _VIRTUAL
+from .packing import packing_collator, resolve_packing
+
 
 class GenerationEval(BaseModel):
     """Greedy generation on a fixed validation subset, scored and logged beside the loss."""
@@ -73,10 +76,12 @@ class SftOptions(BaseModel):
     system: str | None = Field(
         None, description="System prompt added to conversations without one (stored; used at inference too)."
     )
-    packing: bool = Field(
-        False,
+    packing: bool | Literal["auto"] = Field(
+        "auto",
         description="Concatenate each micro-batch into one padding-free sequence; positions restart "
-        "and attention stays within each example (checked on the model before training).",
+        "and attention stays within each example (checked on the model before training). 'auto': "
+        "on unless the model's attention crosses packed examples, peft.method adds virtual tokens "
+        "or train.padding = 'max_length' (the log says which); true: required (an error otherwise).",
     )
     no_response: Literal["error", "drop"] = Field(
         "error",
@@ -109,12 +114,9 @@ def register_tasks(register: Any) -> None:
     )
 
 
-_VIRTUAL = ("prefix", "p_tuning", "prompt")
-
-
 def _peft_unsupported(options: SftOptions) -> dict[str, str]:
     """prefix, p_tuning and prompt with options.packing = true"""
-    if not options.packing:
+    if options.packing is not True:  # "auto" turns packing off for them
         return {}
     # They drop the restarting position ids (prompt, p_tuning) or hand the model a cache (prefix):
     # either way packed examples would attend to each other.
@@ -308,42 +310,8 @@ def nlptasks_build_model(ctx: RunContext) -> Any:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if getattr(model.config, "use_cache", None) is not None:
         model.config.use_cache = False  # no KV cache while training; generation turns it on
-    if ctx.options.packing:
-        check_packing(model)
+    ctx.state["packing"] = ctx.manifest["packing"] = resolve_packing(ctx, model)
     return model
-
-
-def check_packing(model: Any) -> None:
-    """Fail unless the model keeps packed examples apart: the logits of an example packed after
-    another must equal its logits alone (same positions restart, no attention across)."""
-    import torch
-
-    vocab = model.get_input_embeddings().weight.shape[0]
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randint(0, vocab, (1, 5), generator=gen)
-    b = torch.randint(0, vocab, (1, 4), generator=gen)
-    packed = torch.cat([a, b], dim=1)
-    positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3]])
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        alone = model(input_ids=b, use_cache=False).logits[0]
-        together = model(input_ids=packed, position_ids=positions, use_cache=False).logits[0, 5:]
-    model.train(was_training)
-    if not torch.allclose(alone, together, atol=1e-4, rtol=1e-3):
-        attn = getattr(model.config, "_attn_implementation", "?")
-        raise RecipeError(
-            "recipe",
-            [
-                Problem(
-                    "options.packing",
-                    f"{type(model).__name__} (attention {attn!r}) lets packed examples attend to each other, "
-                    "so packing would change what the model learns",
-                )
-            ],
-            hint="Turn packing off (--set options.packing=false), or use a model whose attention honours "
-            "restarting position ids (llama, qwen2, mistral...).",
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,10 +321,10 @@ def check_packing(model: Any) -> None:
 
 @hookimpl
 def nlptasks_data_collator(ctx: RunContext) -> Any:
-    from transformers import DataCollatorForSeq2Seq, DataCollatorWithFlattening
+    from transformers import DataCollatorForSeq2Seq
 
-    if ctx.options.packing:
-        return DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+    if ctx.state.get("packing"):
+        return packing_collator(ctx)
     fixed = ctx.recipe.train.padding == "max_length"
     return DataCollatorForSeq2Seq(
         ctx.tokenizer,
