@@ -278,6 +278,52 @@ def test_short_sentences_give_the_same_result_as_no_windows(cli, tmp_path):
         assert windowed["validation"][key] == plain["validation"][key], key
 
 
+# --- packed training batches ------------------------------------------------------------------------
+
+NO_DROPOUT = ["model.scratch.extra.hidden_dropout_prob=0", "model.scratch.extra.attention_probs_dropout_prob=0"]
+
+
+def test_packed_training_is_the_default_and_trains_like_padded_batches(cli, tmp_path):
+    """options.packing = "auto": on the CPU the training batches are padding-free rows with
+    attention per sentence: no padding in the token count, and (without dropout, whose masks
+    follow the batch's shape) the same training as padded batches: same loss, same scores."""
+    packed = small_run(cli, tmp_path, *NO_DROPOUT, "train.group_by_length=true", name="packed")
+    padded = small_run(cli, tmp_path, *NO_DROPOUT, "train.group_by_length=true", "options.packing=false", name="padded")
+    runs = tmp_path / "runs" / "ner"
+    assert json.loads((runs / "packed" / "nlptasks.json").read_text(encoding="utf-8"))["packing"] is True
+    assert json.loads((runs / "padded" / "nlptasks.json").read_text(encoding="utf-8"))["packing"] is False
+    assert packed["train"]["padding_fraction"] == 0 < padded["train"]["padding_fraction"]
+    assert packed["train"]["tokens"] == padded["train"]["tokens"]
+    assert packed["train"]["loss"] == pytest.approx(padded["train"]["loss"], rel=1e-4)
+    for key in ("loss", "f1", "accuracy"):
+        assert packed["validation"][key] == pytest.approx(padded["validation"][key], abs=2e-3), key
+
+
+def test_packing_auto_steps_aside_for_fixed_padding_and_true_packs_training_only(cli, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", demo_rows("train", 32))
+    argv = ["run", str(QUICKSTART), "--no-progress"]
+    for s in [*TINY, f"data.train={train}", "train.epochs=1", "train.padding=max_length",
+              f"output.dir={tmp_path / 'runs'}", "output.run_name=fixed"]:
+        argv += ["--set", s]
+    code, _, err = cli(*argv)
+    assert code == 0, err
+    assert 'packing off (options.packing = "auto"): train.padding = "max_length" asks for fixed shapes' in err
+    code, _, err = cli(*argv, "--set", "options.packing=true", "--set", "output.run_name=insists")
+    assert code == 0, err
+    assert 'training batches are packed; train.padding = "max_length" pads the evaluation batches only' in err
+    metrics = read_metrics(tmp_path / "runs" / "ner" / "insists")
+    assert metrics["train"]["padding_fraction"] == 0
+
+
+def test_packing_true_with_attention_that_cannot_be_split_is_a_recipe_error(cli, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", demo_rows("train", 16))
+    argv = ["run", str(QUICKSTART), "--no-progress"]
+    for s in [*TINY, f"data.train={train}", "train.epochs=1", "optimize.attention=eager", f"output.dir={tmp_path}"]:
+        argv += ["--set", s]
+    code, _, err = cli(*argv, "--set", "options.packing=true")
+    assert code == 2 and "options.packing" in err and "Traceback" not in err, err
+
+
 # --- dirty data -----------------------------------------------------------------------------------
 
 

@@ -98,3 +98,56 @@ def test_not_saved_with_the_model(tmp_path):
     again = AutoModelForCausalLM.from_pretrained(tmp_path)  # plain transformers, nothing registered needed
     assert again.config._attn_implementation in ("sdpa", "eager")
     json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+
+
+def test_ner_packed_batch_has_the_padded_batch_loss_and_gradients():
+    """An encoder (BERT, bidirectional) on one packed row of sentences: attention split per
+    sentence, labels kept as they are; the same loss and gradients as the padded batch."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    from nlptasks.plugin import use_segment_attention
+    from nlptasks_plugins.ner.packing import keeps_sentences_apart, pack
+
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model("bert", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=64, num_labels=5, hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+    reference = AutoModelForTokenClassification.from_config(cfg)
+    ours = AutoModelForTokenClassification.from_config(cfg)
+    ours.load_state_dict(reference.state_dict())
+    assert not keeps_sentences_apart(ours)  # plain SDPA, no mask: packed sentences would see each other
+    assert use_segment_attention(ours) and keeps_sentences_apart(ours)
+    sentences = [([2, 5, 6, 7, 9, 3], [-100, 1, 2, 3, 0, -100], [0, 0, 0, 0, 1, 1]), ([2, 8, 9, 3], [-100, 1, 1, -100], [0] * 4)]
+    row = pack([{"input_ids": i, "labels": y, "token_type_ids": t} for i, y, t in sentences])
+    assert row["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2, 3]]
+    assert row["labels"].tolist() == [[-100, 1, 2, 3, 0, -100, -100, 1, 1, -100]]  # no separator label
+    width = 6
+    padded = {
+        "input_ids": torch.tensor([i + [0] * (width - len(i)) for i, _, _ in sentences]),
+        "labels": torch.tensor([y + [-100] * (width - len(y)) for _, y, _ in sentences]),
+        "token_type_ids": torch.tensor([t + [0] * (width - len(t)) for _, _, t in sentences]),
+        "attention_mask": torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _, _ in sentences]),
+    }
+    loss, expected = ours(**row).loss, reference(**padded).loss
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
+    loss.backward()
+    expected.backward()
+    for (name, a), (_, b) in zip(reference.named_parameters(), ours.named_parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6), name
+
+
+def test_a_packed_row_with_a_key_value_prefix_is_refused_not_mixed():
+    """Prefix tuning hands the attention more keys than the row has tokens: the row cannot be split
+    per example, and plain SDPA would let the examples see each other, so it is an error."""
+    from nlptasks import NlptasksError
+    from nlptasks.engine.packing import segment_attention
+
+    module = torch.nn.Module()
+    module.is_causal = False
+    q = torch.randn(1, 2, 9, 8)
+    kv = torch.randn(1, 2, 13, 8)  # 4 prefix positions
+    bounds = torch.tensor([0, 5, 9], dtype=torch.int32)
+    with pytest.raises(NlptasksError, match="key/value prefix"):
+        segment_attention(module, q, kv, kv, None, cu_seq_lens_q=bounds)
+    out, _ = segment_attention(module, q, q, q, None, cu_seq_lens_q=bounds)
+    alone = torch.nn.functional.scaled_dot_product_attention(q[:, :, 5:], q[:, :, 5:], q[:, :, 5:])
+    assert torch.allclose(out[:, 5:].transpose(1, 2), alone, atol=1e-6)

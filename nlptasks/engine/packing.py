@@ -8,12 +8,14 @@ examples costs about 16 times the attention the examples need.  On a GPU, flash-
 variable-length kernel avoids that; on the CPU there is none (torch's ``varlen_attn`` is
 CUDA-only), so :func:`use_segment_attention` switches the model to an SDPA variant that splits
 the row at the example boundaries the collator gives (``cu_seq_lens_q``, which
-``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` adds) and runs causal SDPA on each
+``DataCollatorWithFlattening(return_flash_attn_kwargs=True)`` adds) and runs SDPA (causal for a decoder) on each
 example.  Measured (docs/benchmarks.md, "sft vs TRL"): a 4-layer decoder on alpaca_zh trains
 about 1.3x faster per step on 2 CPU cores, with the same logits to 1e-6.
 
 Everything else is plain SDPA, mask included: batches that are not packed, generation with a
-cache, CUDA devices (where this was not measured), sliding windows and soft-capping.  The choice
+cache, sliding windows and soft-capping, and causal models on CUDA (where transformers derives
+the block mask from the position ids; not measured here).  Encoders (bidirectional attention,
+``ner``'s packed training batches) are split on every device: their mask has no such derivation.  The choice
 is not saved with the model: its config.json names no attention, so the trained model loads
 with transformers' default.
 """
@@ -76,9 +78,12 @@ def segment_attention(
 
     bounds = kwargs.get("cu_seq_lens_q")
     tokens = query.shape[2]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     plain = (
         bounds is None
-        or query.device.type != "cpu"
+        # causal on a GPU: SDPA with the block mask transformers derives from the position ids
+        # (an encoder's mask has no such derivation: its packed rows are split on any device)
+        or (causal and query.device.type != "cpu")
         or query.shape[0] != 1
         or key.shape[2] != tokens
         or kwargs.get("sliding_window") is not None
@@ -86,6 +91,14 @@ def segment_attention(
         or kwargs.get("position_bias") is not None
         or int(bounds[-1]) != tokens
     )
+    if bounds is not None and query.shape[0] == 1 and int(bounds[-1]) == tokens and key.shape[2] != tokens:
+        from nlptasks.errors import NlptasksError
+
+        raise NlptasksError(
+            "a packed row met attention keys beyond its tokens (a key/value prefix, as prefix tuning adds): "
+            "its examples would attend to one another",
+            hint="Turn packing off (--set options.packing=false) or use another PEFT method.",
+        )
     if plain:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
@@ -93,7 +106,6 @@ def segment_attention(
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     sizes = torch.diff(bounds.to("cpu", torch.long)).tolist()
     parts = [
         torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling, is_causal=causal)

@@ -18,9 +18,7 @@ seqeval scores every gold word (``word_coverage`` in the metrics says so).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from nlptasks.plugin import (
     UNKNOWN_LABEL,
@@ -41,65 +39,10 @@ from nlptasks.plugin import (
 )
 
 from .data import LINE, PREFIXES
+from .options import NerOptions
+from .packing import packed_trainer, resolve_packing
 
 SPLITS = ("train", "validation", "test")
-
-
-class NerOptions(BaseModel):
-    """Options of the ``ner`` task (the recipe's ``[options]`` table)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tokens_column: str = Field("tokens", description="Column (or JSON key) holding the list of words (Chinese: characters).")
-    tags_column: str = Field(
-        "tags", description="Column (or JSON key) holding one tag per word: strings, or ints of a ClassLabel sequence."
-    )
-    scheme: Literal["BIO", "IOB1", "BIOES"] = Field(
-        "BIO", description="Tag scheme of the data: BIO (IOB2: every entity starts with B-), IOB1, or BIOES."
-    )
-    labels: list[str] | None = Field(
-        None,
-        min_length=2,
-        description="Every tag, 'O' included, in class-id order. Default: 'O', then for each entity type found "
-        "in the training data (sorted) one tag per prefix of the scheme.",
-    )
-    subword_labels: Literal["first", "all"] = Field(
-        "first",
-        description="Which sub-tokens of a word carry its tag in training: the first (others get -100) or all "
-        "(a B-X word's later sub-tokens get I-X). Predictions always come from the first sub-token.",
-    )
-    stride: int = Field(
-        16,
-        ge=0,
-        description="Words shared by consecutive windows when a sentence is longer than model.max_length "
-        "(must leave room for new words in each window).",
-    )
-    overflow: Literal["window", "truncate"] = Field(
-        "window",
-        description="Sentences longer than model.max_length: 'window' covers every word with overlapping "
-        "windows; 'truncate' keeps only the first window and scores only its words (the classic scripts' "
-        "behaviour, for comparison).",
-    )
-    invalid_transition: Literal["repair", "error"] = Field(
-        "repair",
-        description="An I-X that does not continue an X entity (BIO, BIOES): 'repair' makes it B-X (BIOES: "
-        "I-X→B-X, E-X→S-X) and counts it in metrics.json (repaired_tags); 'error' stops with file and line.",
-    )
-    mode: Literal["default", "strict"] = Field(
-        "default",
-        description="seqeval mode: 'default' (conlleval-compatible) or 'strict' (entities must be well-formed "
-        "in the scheme).",
-    )
-    skip_invalid_rows: bool = Field(
-        False,
-        description="Skip (and count in metrics.json) rows whose tokens and tags differ in length or are not "
-        "lists, and invalid JSON lines, instead of stopping with the file and line.",
-    )
-    input_split: Literal["auto", "char", "whitespace"] = Field(
-        "auto",
-        description="How `nlptasks infer` splits a text into words: 'char' (every non-space character: Chinese), "
-        "'whitespace' (English), or 'auto' (char when 90%+ of the training words are one character).",
-    )
 
 
 @hookimpl
@@ -407,7 +350,9 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 @hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
     assert ctx.labels is not None
-    return load_model(ctx, "AutoModelForTokenClassification", **label_config(ctx.labels))
+    model = load_model(ctx, "AutoModelForTokenClassification", **label_config(ctx.labels))
+    ctx.state["packing"] = ctx.manifest["packing"] = resolve_packing(ctx, model)
+    return model
 
 
 @hookimpl
@@ -460,11 +405,12 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
 
 @hookimpl
 def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
-    """The default Trainer, keeping label ids (not logits) between evaluation batches."""
+    """The default Trainer (packed training batches with options.packing), keeping label ids (not
+    logits) between evaluation batches."""
     from transformers import Trainer
 
-    return build_trainer(Trainer, ctx, model, args, data, data_collator, compute_metrics,
-                         preprocess_logits_for_metrics=_argmax)
+    cls = packed_trainer(Trainer) if ctx.state.get("packing") else Trainer
+    return build_trainer(cls, ctx, model, args, data, data_collator, compute_metrics, preprocess_logits_for_metrics=_argmax)
 
 
 def _argmax(logits: Any, labels: Any) -> Any:

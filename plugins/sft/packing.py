@@ -28,7 +28,8 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
         if reason:
             ctx.log.info("packing off (options.packing = \"auto\"): %s", reason)
             return False
-    ctx.state["segment_attention"] = use_segment_attention(model)
+    # optimize.attention, when set, replaces the model's attention right after this step
+    ctx.state["segment_attention"] = ctx.recipe.optimize.attention == "auto" and use_segment_attention(model)
     if any(p.is_meta for p in model.parameters()):
         return True  # nlptasks plan builds the model without data: nothing to check, nothing trains
     try:
