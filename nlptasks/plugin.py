@@ -24,7 +24,7 @@ from nlptasks.engine.files import text_lines
 from nlptasks.engine.inference import predict_logits, predict_per_token, sigmoid, softmax
 from nlptasks.engine.inputs import input_fields, input_texts
 from nlptasks.engine.modeling import label_config, load_model
-from nlptasks.engine.packing import use_segment_attention
+from nlptasks.engine.packing import keeps_examples_apart, use_segment_attention
 from nlptasks.engine.report import classification_sections, per_class_table, write_confusion_matrix
 from nlptasks.engine.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
 from nlptasks.engine.tokenization import get_tokenizer
@@ -44,7 +44,9 @@ API_GROUPS: dict[str, list[str]] = {
         "ROW_COLUMN", "row_numbers", "with_row_numbers", "require_columns", "filter_rows", "load_file",
         "numbered_jsonl", "text_lines", "label_text", "sort_labels", "UNKNOWN_LABEL",
     ],
-    "Steps 4 and 5: tokenizer and model": ["get_tokenizer", "load_model", "label_config", "use_segment_attention"],
+    "Steps 4 and 5: tokenizer and model": [
+        "get_tokenizer", "load_model", "label_config", "use_segment_attention", "keeps_examples_apart",
+    ],
     "Step 6: metrics": ["classification_report", "correlations"],
     "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate", "evaluate_split"],
     "Step 10: predictors": [
@@ -91,6 +93,7 @@ __all__ = [
     "input_fields",
     "input_texts",
     "is_blank",
+    "keeps_examples_apart",
     "label_config",
     "label_sets",
     "label_text",

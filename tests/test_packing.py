@@ -105,8 +105,8 @@ def test_ner_packed_batch_has_the_padded_batch_loss_and_gradients():
     sentence, labels kept as they are; the same loss and gradients as the padded batch."""
     from transformers import AutoConfig, AutoModelForTokenClassification
 
-    from nlptasks.plugin import use_segment_attention
-    from nlptasks_plugins.ner.packing import keeps_sentences_apart, pack
+    from nlptasks.plugin import keeps_examples_apart, use_segment_attention
+    from nlptasks_plugins.ner.packing import pack
 
     torch.manual_seed(0)
     cfg = AutoConfig.for_model("bert", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -114,8 +114,8 @@ def test_ner_packed_batch_has_the_padded_batch_loss_and_gradients():
     reference = AutoModelForTokenClassification.from_config(cfg)
     ours = AutoModelForTokenClassification.from_config(cfg)
     ours.load_state_dict(reference.state_dict())
-    assert not keeps_sentences_apart(ours)  # plain SDPA, no mask: packed sentences would see each other
-    assert use_segment_attention(ours) and keeps_sentences_apart(ours)
+    assert not keeps_examples_apart(ours, pack)  # plain SDPA, no mask: packed sentences would see each other
+    assert use_segment_attention(ours) and keeps_examples_apart(ours, pack)
     sentences = [([2, 5, 6, 7, 9, 3], [-100, 1, 2, 3, 0, -100], [0, 0, 0, 0, 1, 1]), ([2, 8, 9, 3], [-100, 1, 1, -100], [0] * 4)]
     row = pack([{"input_ids": i, "labels": y, "token_type_ids": t} for i, y, t in sentences])
     assert row["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2, 3]]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SEGMENT_ATTENTION", "use_segment_attention"]
+__all__ = ["SEGMENT_ATTENTION", "keeps_examples_apart", "use_segment_attention"]
 
 SEGMENT_ATTENTION = "nlptasks_segment_sdpa"
 """The attention implementation's name in transformers' ``AttentionInterface``."""
@@ -46,6 +46,30 @@ def use_segment_attention(model: Any) -> bool:
     _register()
     model.set_attn_implementation(SEGMENT_ATTENTION)
     return True
+
+
+def keeps_examples_apart(model: Any, collate: Any) -> bool:
+    """Whether ``model`` keeps the examples of a packed row apart: the logits of an example that
+    ``collate`` packs after another equal its logits alone.  ``collate`` turns a list of
+    ``{"input_ids": [...]}`` into the model's keyword arguments (a packing collator); ``labels``
+    it adds are dropped.  Run it on the model as it will train (its attention chosen)."""
+    import torch
+
+    vocab = model.get_input_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(0, vocab, (5,), generator=gen).tolist()
+    b = torch.randint(0, vocab, (4,), generator=gen).tolist()
+    row = dict(collate([{"input_ids": a}, {"input_ids": b}]))
+    row.pop("labels", None)
+    # no KV cache: with one, transformers does not derive a packed row's mask from its positions
+    cache = {"use_cache": False} if getattr(getattr(model, "config", None), "use_cache", None) is not None else {}
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        alone = model(input_ids=torch.tensor([b]), **cache).logits[0]
+        together = model(**row, **cache).logits[0, 5:]
+    model.train(was_training)
+    return bool(torch.allclose(alone, together, atol=1e-4, rtol=1e-3))
 
 
 def _register() -> None:

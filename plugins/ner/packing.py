@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlptasks.plugin import NlptasksError, Problem, RecipeError, RunContext, use_segment_attention
+from nlptasks.plugin import NlptasksError, Problem, RecipeError, RunContext, keeps_examples_apart, use_segment_attention
 
 
 def resolve_packing(ctx: RunContext, model: Any) -> bool:
@@ -36,7 +36,7 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
     elif not (switched := use_segment_attention(model)):
         attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
         reason = f"{type(model).__name__} does not use SDPA attention ({attention!r}), which packing splits per sentence"
-    elif not any(p.is_meta for p in model.parameters()) and not keeps_sentences_apart(model):
+    elif not any(p.is_meta for p in model.parameters()) and not keeps_examples_apart(model, pack):
         reason = f"{type(model).__name__} lets packed sentences attend to each other"
     if reason is None:
         if fixed:
@@ -68,25 +68,6 @@ def pack(features: list[dict[str, Any]]) -> dict[str, Any]:
     row["cu_seq_lens_q"] = row["cu_seq_lens_k"] = bounds
     row["max_length_q"] = row["max_length_k"] = max(lengths)
     return row
-
-
-def keeps_sentences_apart(model: Any) -> bool:
-    """Whether the logits of a sentence packed after another equal its logits alone."""
-    import torch
-
-    vocab = model.get_input_embeddings().weight.shape[0]
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randint(0, vocab, (5,), generator=gen).tolist()
-    b = torch.randint(0, vocab, (4,), generator=gen).tolist()
-    row = pack([{"input_ids": a, "labels": [0] * 5}, {"input_ids": b, "labels": [0] * 4}])
-    row.pop("labels")
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        alone = model(input_ids=torch.tensor([b])).logits[0]
-        together = model(**row).logits[0, 5:]
-    model.train(was_training)
-    return bool(torch.allclose(alone, together, atol=1e-4, rtol=1e-3))
 
 
 def packed_trainer(trainer_class: Any) -> Any:
