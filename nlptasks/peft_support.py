@@ -19,6 +19,7 @@ __all__ = [
     "ENCODER_HEADS",
     "MERGEABLE",
     "METHODS",
+    "VIRTUAL_TOKEN_METHODS",
     "TASK_TYPES",
     "UNSUPPORTED",
     "encoder_prefix_problem",
@@ -27,6 +28,10 @@ __all__ = [
 
 METHODS = ("lora", "prefix", "p_tuning", "prompt", "ia3")
 """The values of ``peft.method``."""
+
+VIRTUAL_TOKEN_METHODS = ("prefix", "p_tuning", "prompt")
+"""The methods that add virtual tokens (prompt, p_tuning) or a key/value prefix (prefix) to every
+example: what examples packed into one row would share."""
 
 MERGEABLE = ("lora", "ia3")
 """Methods whose adapter ``nlptasks export --merge`` folds into the base weights."""

@@ -34,6 +34,7 @@ from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, Reci
 from nlptasks.hookspecs import hookimpl
 from nlptasks.labels import label_text, sort_labels
 from nlptasks.metrics import classification_report, correlations
+from nlptasks.peft_support import VIRTUAL_TOKEN_METHODS
 from nlptasks.types import LABEL_KINDS, Evaluation, Finding, NoOptions, Predictor, TaskSpec, Usage
 
 API_GROUPS: dict[str, list[str]] = {
@@ -46,6 +47,7 @@ API_GROUPS: dict[str, list[str]] = {
     ],
     "Steps 4 and 5: tokenizer and model": [
         "get_tokenizer", "load_model", "label_config", "use_segment_attention", "keeps_examples_apart",
+        "VIRTUAL_TOKEN_METHODS",
     ],
     "Step 6: metrics": ["classification_report", "correlations"],
     "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate", "evaluate_split"],
@@ -66,6 +68,7 @@ __all__ = [
     "LABEL_KINDS",
     "ROW_COLUMN",
     "UNKNOWN_LABEL",
+    "VIRTUAL_TOKEN_METHODS",
     "DataError",
     "Evaluation",
     "Finding",

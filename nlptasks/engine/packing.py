@@ -52,9 +52,13 @@ def keeps_examples_apart(model: Any, collate: Any) -> bool:
     """Whether ``model`` keeps the examples of a packed row apart: the logits of an example that
     ``collate`` packs after another equal its logits alone.  ``collate`` turns a list of
     ``{"input_ids": [...]}`` into the model's keyword arguments (a packing collator); ``labels``
-    it adds are dropped.  Run it on the model as it will train (its attention chosen)."""
+    it adds are dropped.  Run it on the model as it will train (its attention chosen).  A model on
+    the meta device (``nlptasks plan`` builds step 5 without data) cannot run and trains nothing:
+    True."""
     import torch
 
+    if any(p.is_meta for p in model.parameters()):
+        return True
     vocab = model.get_input_embeddings().weight.shape[0]
     gen = torch.Generator().manual_seed(0)
     a = torch.randint(0, vocab, (5,), generator=gen).tolist()
@@ -103,19 +107,8 @@ def segment_attention(
     bounds = kwargs.get("cu_seq_lens_q")
     tokens = query.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    plain = (
-        bounds is None
-        # causal on a GPU: SDPA with the block mask transformers derives from the position ids
-        # (an encoder's mask has no such derivation: its packed rows are split on any device)
-        or (causal and query.device.type != "cpu")
-        or query.shape[0] != 1
-        or key.shape[2] != tokens
-        or kwargs.get("sliding_window") is not None
-        or kwargs.get("softcap") is not None
-        or kwargs.get("position_bias") is not None
-        or int(bounds[-1]) != tokens
-    )
-    if bounds is not None and query.shape[0] == 1 and int(bounds[-1]) == tokens and key.shape[2] != tokens:
+    packed_row = bounds is not None and query.shape[0] == 1 and int(bounds[-1]) == tokens
+    if packed_row and key.shape[2] != tokens:
         from nlptasks.errors import NlptasksError
 
         raise NlptasksError(
@@ -123,6 +116,15 @@ def segment_attention(
             "its examples would attend to one another",
             hint="Turn packing off (--set options.packing=false) or use another PEFT method.",
         )
+    plain = (
+        not packed_row
+        # causal on a GPU: SDPA with the block mask transformers derives from the position ids
+        # (an encoder's mask has no such derivation: its packed rows are split on any device)
+        or (causal and query.device.type != "cpu")
+        or kwargs.get("sliding_window") is not None
+        or kwargs.get("softcap") is not None
+        or kwargs.get("position_bias") is not None
+    )
     if plain:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nlptasks.peft_support import VIRTUAL_TOKEN_METHODS
 from nlptasks.recipe.tuning import TuneConfig, TuneDistribution
 
 __all__ = [
@@ -192,7 +193,7 @@ PEFT_METHOD_KEYS: dict[str, tuple[PeftMethod, ...]] = {
     "bias": ("lora",),
     "target_modules": ("lora", "ia3"),
     "feedforward_modules": ("ia3",),
-    "num_virtual_tokens": ("prefix", "p_tuning", "prompt"),
+    "num_virtual_tokens": VIRTUAL_TOKEN_METHODS,
     "prefix_projection": ("prefix",),
     "encoder_hidden_size": ("prefix", "p_tuning"),
     "encoder_type": ("p_tuning",),

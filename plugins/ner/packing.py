@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlptasks.plugin import NlptasksError, Problem, RecipeError, RunContext, keeps_examples_apart, use_segment_attention
+from nlptasks.plugin import (
+    VIRTUAL_TOKEN_METHODS,
+    NlptasksError,
+    Problem,
+    RecipeError,
+    RunContext,
+    keeps_examples_apart,
+    use_segment_attention,
+)
 
 
 def resolve_packing(ctx: RunContext, model: Any) -> bool:
@@ -28,7 +36,7 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
         reason = 'train.padding = "max_length" asks for fixed shapes'
     elif setting == "auto" and torch.cuda.is_available():
         reason = "packing is measured on the CPU only (no GPU was lent to measure it)"
-    elif ctx.recipe.peft is not None and ctx.recipe.peft.method in ("prefix", "p_tuning", "prompt"):
+    elif ctx.recipe.peft is not None and ctx.recipe.peft.method in VIRTUAL_TOKEN_METHODS:
         reason = f"peft.method = {ctx.recipe.peft.method!r} adds virtual tokens that packed sentences would share"
     elif ctx.recipe.optimize.attention != "auto":
         reason = (f"optimize.attention = {ctx.recipe.optimize.attention!r} replaces the attention that splits a "
@@ -36,7 +44,7 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
     elif not (switched := use_segment_attention(model)):
         attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
         reason = f"{type(model).__name__} does not use SDPA attention ({attention!r}), which packing splits per sentence"
-    elif not any(p.is_meta for p in model.parameters()) and not keeps_examples_apart(model, pack):
+    elif not keeps_examples_apart(model, pack):
         reason = f"{type(model).__name__} lets packed sentences attend to each other"
     if reason is None:
         if fixed:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
     ROW_COLUMN,
+    VIRTUAL_TOKEN_METHODS,
     DataError,
     Problem,
     RecipeError,
@@ -34,7 +35,6 @@ from nlptasks.plugin import (
     train_and_evaluate,
 )
 
-from .packing import VIRTUAL as _VIRTUAL
 from .packing import packing_collator, resolve_packing
 
 
@@ -123,7 +123,7 @@ def _peft_unsupported(options: SftOptions) -> dict[str, str]:
     return {
         method: "with options.packing = true its virtual tokens or key/value prefix would let packed examples "
         "attend to each other; set options.packing = false, or use lora or ia3"
-        for method in _VIRTUAL
+        for method in VIRTUAL_TOKEN_METHODS
     }
 
 

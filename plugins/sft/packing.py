@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from nlptasks.plugin import Problem, RecipeError, RunContext, keeps_examples_apart, use_segment_attention
-
-VIRTUAL = ("prefix", "p_tuning", "prompt")
-"""PEFT methods whose virtual tokens or key/value prefix packed examples would share."""
+from nlptasks.plugin import (
+    VIRTUAL_TOKEN_METHODS,
+    Problem,
+    RecipeError,
+    RunContext,
+    keeps_examples_apart,
+    use_segment_attention,
+)
 
 
 def resolve_packing(ctx: RunContext, model: Any) -> bool:
@@ -21,7 +25,7 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
     if setting == "auto":
         method = ctx.recipe.peft.method if ctx.recipe.peft is not None else "none"
         reason = None
-        if method in VIRTUAL:
+        if method in VIRTUAL_TOKEN_METHODS:
             reason = f"peft.method = {method!r} adds virtual tokens that packed examples would share"
         elif ctx.recipe.train.padding == "max_length":
             reason = 'train.padding = "max_length" asks for fixed shapes'
@@ -30,8 +34,6 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
             return False
     # optimize.attention, when set, replaces the model's attention right after this step
     ctx.state["segment_attention"] = ctx.recipe.optimize.attention == "auto" and use_segment_attention(model)
-    if any(p.is_meta for p in model.parameters()):
-        return True  # nlptasks plan builds the model without data: nothing to check, nothing trains
     try:
         check_packing(model, packing_collator(ctx))
     except RecipeError as exc:
