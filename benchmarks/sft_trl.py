@@ -88,7 +88,10 @@ def read_rows(path: Path, limit: int | None) -> list[dict]:
 
 
 def messages(row: dict) -> list[dict[str, str]]:
-    """The conversation both sides train on (nlptasks' alpaca shape, which trl_sft.py repeats)."""
+    """The conversation of a row as trl_sft.py builds it (nlptasks' alpaca shape: instruction, two
+    newlines, input).  nlptasks also strips whitespace around the instruction and the output (2 of
+    alpaca_zh's 1,515 rows have some), so on those rows the script's evaluation and TRL's training
+    keep a space or newline that nlptasks' training does not."""
     extra = (row.get("input") or "").strip()
     user = f"{row['instruction']}\n\n{extra}" if extra else row["instruction"]
     return [{"role": "user", "content": user}, {"role": "assistant", "content": row["output"]}]
