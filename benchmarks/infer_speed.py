@@ -72,7 +72,7 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
 
     import nlptasks
-    from nlptasks.engine.streaming import JsonlWriter, iter_file, stream_predictions
+    from nlptasks.inference.streaming import JsonlWriter, iter_file, stream_predictions
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
@@ -95,12 +95,13 @@ def main() -> int:
     one_s = time.perf_counter() - start
 
     # bf16 (`infer --precision bf16`) where this machine computes in it natively: same stream
-    from nlptasks.engine.inference import inference_precision
+    from nlptasks import LoadOptions
     from nlptasks.errors import NlptasksError
+    from nlptasks.inference.precision import inference_precision
 
     bf16: dict = {}
     try:
-        inference_precision("bf16")  # the same check `infer --precision bf16` makes
+        inference_precision(LoadOptions(precision="bf16"))  # the same check `infer --precision bf16` makes
         native_bf16 = True
     except NlptasksError:
         native_bf16 = False
@@ -186,8 +187,8 @@ def _onnx_rows(run_dir: Path, work: Path, data: Path, texts: list[str], ours: li
     """``nlptasks export --onnx`` in fp32 and int8 (timed, file sizes), then the same stream
     through each export (``nlptasks.load`` picks onnxruntime): texts/s, labels against torch fp32."""
     import nlptasks
-    from nlptasks.engine.onnx_export import export_onnx
-    from nlptasks.engine.streaming import JsonlWriter, iter_file, stream_predictions
+    from nlptasks.inference.onnx_export import export_onnx
+    from nlptasks.inference.streaming import JsonlWriter, iter_file, stream_predictions
 
     rows: dict = {}
     for kind in ("fp32", "int8"):

@@ -68,8 +68,8 @@ def main() -> int:
 
 def measure_task(name: str, model: str, work: Path, args: argparse.Namespace) -> dict:
     import nlptasks
-    from nlptasks.engine.onnx_export import export_onnx
-    from nlptasks.engine.streaming import iter_file
+    from nlptasks.inference.onnx_export import export_onnx
+    from nlptasks.inference.streaming import iter_file
     from nlptasks.pipeline.evaluate import evaluate_run
 
     task = TASKS[name]

@@ -102,7 +102,7 @@ def build_base(args: argparse.Namespace, rows: list[dict], folder: Path) -> dict
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from nlptasks.engine.tokenization import DECODER_SPECIALS, build_tokenizer
+    from nlptasks.engine.data.tokenization import DECODER_SPECIALS, build_tokenizer
     from nlptasks.recipe.schema import ScratchConfig
     from plugins.sft.templates import choose_template
 

@@ -30,7 +30,9 @@ _EXPORTS = {
     "PluginError": "nlptasks.errors",
     "Problem": "nlptasks.errors",
     "RecipeError": "nlptasks.errors",
+    "Backend": "nlptasks.types",
     "Evaluation": "nlptasks.types",
+    "LoadOptions": "nlptasks.types",
     "Finding": "nlptasks.types",
     "NoOptions": "nlptasks.types",
     "Predictor": "nlptasks.types",
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from nlptasks.context import RunContext
     from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
     from nlptasks.hookspecs import hookimpl
-    from nlptasks.types import Evaluation, Finding, NoOptions, Predictor, TaskSpec, Usage
+    from nlptasks.types import Backend, Evaluation, Finding, LoadOptions, NoOptions, Predictor, TaskSpec, Usage
 
 
 def __getattr__(name: str) -> Any:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nlptasks.pipeline import RunResult
     from nlptasks.recipe import LoadedRecipe
+    from nlptasks.types import LoadOptions
 
 __all__ = ["load", "load_recipe", "predict_file", "run"]
 
@@ -43,33 +44,37 @@ def run(
 
 
 def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = False, precision: str = "auto",
-         backend: str = "auto") -> Any:
+         backend: str = "auto", *, device: str = "auto", batch_size: int | None = None,
+         max_length: int | None = None, threads: int | None = None,
+         options: LoadOptions | None = None) -> Any:
     """The predictor of a complete run (step 10): call it with a list of inputs (texts, or dicts
     as read from a csv/jsonl file) to get one dict per input, in order — exactly the JSON objects
-    ``nlptasks infer --model RUN_DIR`` prints.  Set ``predictor.batch_size`` (and, for most tasks,
-    ``predictor.max_length``) as ``infer --batch-size`` / ``--max-length`` do.  ``adapter`` /
-    ``base_only`` as ``infer --adapter`` / ``--base-only`` for runs trained with ``[peft]``;
-    ``precision`` as ``infer --precision`` (``auto``: bf16 on a CUDA GPU that supports it, else
-    fp32); ``backend`` as ``infer --backend`` (``auto``: ONNX Runtime for a folder made by
-    ``nlptasks export --onnx``, torch otherwise; docs/onnx.md)."""
-    from nlptasks.engine.inference import precision_for_loading
-    from nlptasks.engine.onnx_runtime import backend_for_loading
+    ``nlptasks infer --model RUN_DIR`` prints.
+
+    The keyword arguments are the :class:`nlptasks.LoadOptions` of this load (or pass ``options``
+    whole), as ``nlptasks infer``'s flags: ``adapter`` / ``base_only`` for runs trained with
+    ``[peft]``; ``precision`` (``auto``: bf16 on a CUDA GPU that supports it, else fp32);
+    ``backend`` (``auto``: ONNX Runtime for a folder made by ``nlptasks export --onnx``, torch
+    otherwise; or a plugin's backend); ``device``; ``batch_size`` and ``max_length``; ``threads``
+    (ONNX Runtime's).  They apply to this predictor only: loading the same run again with other
+    options gives an independent predictor."""
     from nlptasks.errors import NlptasksError
-    from nlptasks.pipeline import load_predictor
+    from nlptasks.inference.loading import load_predictor
+    from nlptasks.types import LoadOptions
 
     path = Path(run_dir)
     if not path.is_dir():
         raise NlptasksError(f"{path}: no such folder", hint="Pass the folder `nlptasks run` printed (runs/<task>/<name>).")
-    with precision_for_loading(precision), backend_for_loading(backend):
-        return load_predictor(path, adapter=adapter, base_only=base_only)
+    if options is None:
+        options = LoadOptions(precision=precision, backend=backend, device=device, batch_size=batch_size,
+                              max_length=max_length, adapter=adapter, base_only=base_only, threads=threads)
+    return load_predictor(path, options)
 
 
 def predict_file(predict: Any, path: str | Path, output: str | Path, chunk_rows: int = 2048) -> int:
     """Stream the inputs of ``path`` (a .txt, .csv, .tsv, .jsonl or .json file of any size) through
     ``predict`` (from :func:`load`) into JSON lines at ``output``, ``chunk_rows`` at a time, as
     ``nlptasks infer --file PATH --output OUTPUT`` does; returns the number of inputs."""
-    from nlptasks.engine.streaming import JsonlWriter, iter_file, stream_predictions
+    from nlptasks.inference.predict import Request, predict_to
 
-    with open(output, "w", encoding="utf-8") as out:
-        return stream_predictions(predict, iter_file(Path(path)), JsonlWriter(out).write, chunk_rows=chunk_rows,
-                                  source=str(path))
+    return predict_to(predict, Request(file=Path(path), output=Path(output), chunk_rows=chunk_rows))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,10 @@ class RunContext:
     included) instead of the recipe's model."""
     trained_manifest: dict[str, Any] | None = None
     """With :attr:`trained_run`: its parsed ``nlptasks.json`` (the adapter chosen)."""
+    trained_model: Callable[[str], Any] | None = None
+    """With :attr:`trained_run`: ``trained_model(auto_class)`` gives the run's trained model as a
+    module a Trainer evaluates, through the backend ``nlptasks eval --backend`` chose (what
+    :func:`nlptasks.plugin.load_model` returns in step 5 then)."""
     evaluations: dict[str, Any] = field(default_factory=dict)
     """Split → its latest :class:`~nlptasks.types.Evaluation` (predictions and label ids, in the
     split's order, with its side data), kept by the engine each time step 6 scores a split:

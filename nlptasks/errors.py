@@ -11,14 +11,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = [
-    "DataError",
-    "NlptasksError",
-    "PluginError",
-    "Problem",
-    "RecipeError",
-    "did_you_mean",
-]
+__all__ = ["DataError", "NlptasksError", "PluginError", "Problem", "RecipeError", "did_you_mean", "first_line"]
 
 
 @dataclass(frozen=True)

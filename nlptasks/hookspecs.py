@@ -3,7 +3,7 @@
 This module is the API reference for plugin authors: every hook below is one step of a run, in
 the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
 
-    register_tasks                                  (once, when plugins load)
+    register_tasks, register_backends               (once, when plugins load)
     1  nlptasks_setup(ctx)                          all implementations run
     2  nlptasks_load_data(ctx)             -> raw   first result wins
     3  nlptasks_split(ctx, data)           -> data  first result wins
@@ -16,7 +16,7 @@ the order the engine calls it.  ``nlptasks run RECIPE`` calls them like this::
        nlptasks_trainer(ctx, model, args, data, data_collator, compute_metrics) -> Trainer
     9  nlptasks_train(ctx, trainer, data)  -> metrics, first result wins
        nlptasks_report(ctx, trainer, data, metrics) -> [Markdown section]  all run (model card)
-    10 nlptasks_load_predictor(run_dir, manifest) -> predictor (for nlptasks infer)
+    10 nlptasks_load_predictor(run_dir, manifest, options) -> predictor (infer, serve, nlptasks.load)
 
 ``nlptasks check RECIPE`` (the data doctor) runs steps 1 to 3, then
        nlptasks_check(ctx, data)           -> [Finding]  all run
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, Trainer, TrainingArguments
 
     from nlptasks.context import RunContext
-    from nlptasks.types import Finding, Predictor, TaskSpec
+    from nlptasks.types import Backend, Finding, LoadOptions, Predictor, TaskSpec
 
 __all__ = [
     "PROJECT",
@@ -100,6 +100,7 @@ __all__ = [
     "nlptasks_train",
     "nlptasks_trainer",
     "nlptasks_training_arguments",
+    "register_backends",
     "register_tasks",
 ]
 
@@ -142,6 +143,30 @@ def register_tasks(register: Callable[[TaskSpec], None]) -> None:
                               best_metric="accuracy", greater_is_better=True,
                               metrics=("accuracy", "f1_macro", "f1/<class>"),
                               label_fields={"labels": "example"}, peft_task_type="SEQ_CLS"))
+    """
+
+
+@hookspec
+def register_backends(register: Callable[[Backend], None]) -> None:
+    """Declare the inference backend(s) this plugin provides (step 10's runtimes).
+
+    **When:** once, right after plugins are loaded (with ``register_tasks``).
+
+    :param register: call it once per backend with a :class:`nlptasks.Backend`: its name (what
+        ``nlptasks infer --backend NAME`` and ``LoadOptions.backend`` say), a description, and its
+        ``load_model(run_dir, manifest, auto_class, options)``; optionally which folders it owns
+        (its own exports), why it refuses a folder or options, and the module ``nlptasks eval``
+        evaluates.  ``torch`` and ``onnx`` are built in; registering a name that is taken is an
+        error naming both plugins.
+    :returns: nothing (*all run*).
+
+    Example (a backend that runs the torch weights in float64)::
+
+        @hookimpl
+        def register_backends(register):
+            def load(run_dir, manifest, auto_class, options):
+                return load_trained_model(run_dir, manifest, auto_class, options.but(backend="torch")).double()
+            register(Backend(name="fp64", description="torch weights in float64", load_model=load))
     """
 
 
@@ -480,21 +505,31 @@ def nlptasks_report(ctx: RunContext, trainer: Trainer, data: DatasetDict, metric
 
 
 @hookspec(firstresult=True)
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Predictor | None:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Predictor | None:
     """Step 10. Load a trained run for inference.
 
-    **When:** by ``nlptasks infer`` (and the Python API), in a process that never saw the recipe.
+    **When:** by ``nlptasks infer``, ``nlptasks serve``, ``nlptasks export`` (its measurement) and
+    ``nlptasks.load``, in a process that never saw the recipe; one process may load several runs,
+    or one run twice with different options.
 
     :param run_dir: a complete run directory (model, tokenizer, ``nlptasks.json``).
     :param manifest: the parsed ``nlptasks.json``: ``task``, ``labels``, ``max_length`` and the
-        task's own entries.
+        task's own entries (for ``options.adapter``, the settings of the run that trained it).
+    :param options: the :class:`nlptasks.LoadOptions` of this load: precision, backend (already
+        chosen for this folder: ``torch``, ``onnx`` or a plugin's), device, ``batch_size`` and
+        ``max_length`` (``None``: the predictor's own default and the run's ``max_length``), adapter.
+        Hand them to ``nlptasks.plugin.load_run(run_dir, manifest, auto_class, options)``, which loads
+        the model through the chosen backend; keep nothing about them anywhere but in the predictor.
     :returns: a :class:`nlptasks.Predictor`: a callable that takes a list of inputs (strings, or
         dicts read from a csv/jsonl file or JSON lines on stdin) and returns one JSON-serialisable
         dict per input, in order (*first result wins*).  Read the inputs with
         ``nlptasks.plugin.input_texts`` / ``input_fields`` (the one rule every task follows,
-        several fields included) and load the run with ``nlptasks.plugin.load_run`` (adapter runs
-        included).  The engine's fallback raises an error saying no plugin can serve this task.
-        A predictor may also offer file formats of its own for ``nlptasks infer --format NAME``
-        (``formats``, ``read_inputs``, ``write_outputs``: see :class:`nlptasks.Predictor`), e.g.
-        CoNLL in and out for a tagging task.
+        several fields included).  The engine's fallback raises an error saying no plugin can
+        serve this task.  A predictor may also offer file formats of its own for ``nlptasks infer
+        --format NAME`` (``formats``, ``read_inputs``, ``write_outputs``: see
+        :class:`nlptasks.Predictor`), e.g. CoNLL in and out for a tagging task.
+
+    An implementation written for the older two-argument form ``nlptasks_load_predictor(run_dir,
+    manifest)`` still works, with a ``DeprecationWarning``: ``load_run`` then finds the options
+    itself, and ``batch_size`` / ``max_length`` are set as attributes of the predictor it returns.
     """

@@ -31,7 +31,7 @@ import pluggy
 from nlptasks import hookspecs
 from nlptasks.engine import defaults
 from nlptasks.errors import PluginError, did_you_mean
-from nlptasks.types import TaskSpec
+from nlptasks.types import Backend, TaskSpec
 from nlptasks.version import __version__
 
 __all__ = ["ENTRY_POINT_GROUP", "Host", "PluginFailure", "current_host", "get_host", "reset_host"]
@@ -62,6 +62,7 @@ class PluginInfo:
     version: str
     hooks: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
+    backends: list[str] = field(default_factory=list)
 
 
 def _env_names(var: str) -> set[str] | None:
@@ -79,11 +80,11 @@ def _dist_of(ep: EntryPoint) -> tuple[str, str]:
 
 
 class _TwoPlugins(PluginError):
-    """Two plugins register the same task name: the user must choose (not a plugin's own failure)."""
+    """Two plugins register the same task or backend name: the user must choose (not a plugin's own failure)."""
 
 
 class Host:
-    """A ``pluggy.PluginManager`` plus the task registry.
+    """A ``pluggy.PluginManager`` plus the registries of tasks and inference backends.
 
     :param load_entrypoints: find plugins in the ``nlptasks`` entry-point group (tests turn this
         off and register plugins by hand).
@@ -93,6 +94,9 @@ class Host:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.tasks: dict[str, TaskSpec] = {}
+        self.backends: dict[str, Backend] = {}
+        """The backends plugins registered (``register_backends``); the built-in ``torch`` and
+        ``onnx`` are the inference floor's own (:mod:`nlptasks.inference.backends`)."""
         self.failures: list[PluginFailure] = []
         self._dists: dict[str, tuple[str, str]] = {}
         self._built = False
@@ -151,34 +155,43 @@ class Host:
         name = self.pm.get_name(plugin)
         self.pm.unregister(plugin)
         self.tasks = {k: v for k, v in self.tasks.items() if v.plugin != name}
+        self.backends = {k: v for k, v in self.backends.items() if v.plugin != name}
 
     def _collect_tasks(self, only: object | None = None) -> None:
+        """Call each plugin's ``register_tasks`` and ``register_backends`` and record what it declares."""
         plugins = [only] if only is not None else self.pm.get_plugins()
+        tables: list[tuple[str, type, dict[str, Any], str]] = [
+            ("register_tasks", TaskSpec, self.tasks, "task"), ("register_backends", Backend, self.backends, "backend"),
+        ]
         for plugin in plugins:
             name = self.pm.get_name(plugin)
-            impl = getattr(plugin, "register_tasks", None)
-            if impl is None or name is None:
+            if name is None:
                 continue
+            for hook, kind, table, what in tables:
+                impl = getattr(plugin, hook, None)
+                if impl is None:
+                    continue
 
-            def register(spec: TaskSpec, _name: str = name) -> None:
-                if not isinstance(spec, TaskSpec):
-                    raise PluginError(f"plugin {_name!r} registered {spec!r}, not a nlptasks.plugin.TaskSpec")
-                if spec.name in self.tasks and self.tasks[spec.name].plugin != _name:
-                    other = self.tasks[spec.name].plugin
-                    raise _TwoPlugins(
-                        f"task {spec.name!r} is provided by two plugins: {other!r} and {_name!r}",
-                        hint=f"Block one of them: NLPTASKS_BLOCK_PLUGINS={_name}",
-                    )
-                self.tasks[spec.name] = dataclasses.replace(spec, plugin=_name)
+                def register(spec: Any, _name: str = name, _kind: type = kind, _table: dict[str, Any] = table,
+                             _what: str = what) -> None:
+                    if not isinstance(spec, _kind):
+                        raise PluginError(f"plugin {_name!r} registered {spec!r}, not a nlptasks.plugin.{_kind.__name__}")
+                    if spec.name in _table and _table[spec.name].plugin != _name:
+                        other = _table[spec.name].plugin
+                        raise _TwoPlugins(
+                            f"{_what} {spec.name!r} is provided by two plugins: {other!r} and {_name!r}",
+                            hint=f"Block one of them: NLPTASKS_BLOCK_PLUGINS={_name}",
+                        )
+                    _table[spec.name] = dataclasses.replace(spec, plugin=_name)
 
-            try:
-                impl(register=register)
-            except _TwoPlugins:
-                raise
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
-                failure = PluginFailure(name, name, " ".join(self.dist_of(name)).strip(), _one_line(exc))
-                self.failures.append(failure)
-                log.warning("%s", failure)
+                try:
+                    impl(register=register)
+                except _TwoPlugins:
+                    raise
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must not break the CLI
+                    failure = PluginFailure(name, name, " ".join(self.dist_of(name)).strip(), _one_line(exc))
+                    self.failures.append(failure)
+                    log.warning("%s", failure)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -214,10 +227,12 @@ class Host:
             assert name is not None
             dist, version = self.dist_of(name)
             hooks = sorted(
-                h.name for h in (self.pm.get_hookcallers(plugin) or []) if h.name != "register_tasks"
+                h.name for h in (self.pm.get_hookcallers(plugin) or [])
+                if h.name not in ("register_tasks", "register_backends")
             )
             tasks = sorted(t.name for t in self.tasks.values() if t.plugin == name)
-            infos.append(PluginInfo(name, dist, version, hooks, tasks))
+            backends = sorted(b.name for b in self.backends.values() if b.plugin == name)
+            infos.append(PluginInfo(name, dist, version, hooks, tasks, backends))
         return sorted(infos, key=lambda i: (i.name != ENGINE_PLUGIN, i.name))
 
 

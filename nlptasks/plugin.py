@@ -17,25 +17,25 @@ called.
 from __future__ import annotations
 
 from nlptasks.context import RunContext
-from nlptasks.engine.data import ROW_COLUMN, load_file, numbered_jsonl
-from nlptasks.engine.evaluation import classification_errors
-from nlptasks.engine.doctor import balance, blank_texts, duplicates, is_blank, label_sets, split_overlap, truncation
-from nlptasks.engine.files import text_lines
-from nlptasks.engine.inference import predict_logits, predict_per_token, sigmoid, softmax
-from nlptasks.engine.inputs import input_fields, input_texts
-from nlptasks.engine.modeling import label_config, load_model
-from nlptasks.engine.packing import keeps_examples_apart, use_segment_attention
-from nlptasks.engine.report import classification_sections, per_class_table, write_confusion_matrix
-from nlptasks.engine.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
-from nlptasks.engine.tokenization import get_tokenizer
-from nlptasks.engine.trained import load_run, load_trained_model
-from nlptasks.engine.training import build_trainer, evaluate_split, make_training_arguments, train_and_evaluate
+from nlptasks.engine.data.reading import ROW_COLUMN, load_file, numbered_jsonl
+from nlptasks.engine.training.evaluation import classification_errors
+from nlptasks.engine.data.doctor import balance, blank_texts, duplicates, is_blank, label_sets, split_overlap, truncation
+from nlptasks.engine.io.files import text_lines
+from nlptasks.inference.forward import predict_logits, predict_per_token, sigmoid, softmax
+from nlptasks.engine.data.inputs import input_fields, input_texts
+from nlptasks.engine.model.modeling import label_config, load_model
+from nlptasks.engine.model.packing import keeps_examples_apart, use_segment_attention
+from nlptasks.engine.reports.figures import classification_sections, per_class_table, write_confusion_matrix
+from nlptasks.engine.data.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
+from nlptasks.engine.data.tokenization import get_tokenizer
+from nlptasks.inference.runs import load_run, load_trained_model
+from nlptasks.engine.training.trainer import build_trainer, evaluate_split, make_training_arguments, train_and_evaluate
 from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
 from nlptasks.hookspecs import hookimpl
 from nlptasks.labels import label_text, sort_labels
 from nlptasks.metrics import classification_report, correlations
 from nlptasks.peft_support import VIRTUAL_TOKEN_METHODS
-from nlptasks.types import LABEL_KINDS, Evaluation, Finding, NoOptions, Predictor, TaskSpec, Usage
+from nlptasks.types import LABEL_KINDS, Backend, Evaluation, Finding, LoadOptions, NoOptions, Predictor, TaskSpec, Usage
 
 API_GROUPS: dict[str, list[str]] = {
     "Declaring a task": ["hookimpl", "TaskSpec", "NoOptions", "Usage", "LABEL_KINDS"],
@@ -52,7 +52,7 @@ API_GROUPS: dict[str, list[str]] = {
     "Step 6: metrics": ["classification_report", "correlations"],
     "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate", "evaluate_split"],
     "Step 10: predictors": [
-        "Predictor", "load_run", "load_trained_model", "input_fields", "input_texts", "predict_logits",
+        "Predictor", "LoadOptions", "Backend", "load_run", "load_trained_model", "input_fields", "input_texts", "predict_logits",
         "predict_per_token", "softmax", "sigmoid",
     ],
     "The data doctor (nlptasks check)": [
@@ -69,9 +69,11 @@ __all__ = [
     "ROW_COLUMN",
     "UNKNOWN_LABEL",
     "VIRTUAL_TOKEN_METHODS",
+    "Backend",
     "DataError",
     "Evaluation",
     "Finding",
+    "LoadOptions",
     "NlptasksError",
     "NoOptions",
     "PluginError",

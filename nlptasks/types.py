@@ -1,5 +1,6 @@
 """What a task plugin declares and returns: :class:`TaskSpec`, :class:`Predictor`, :class:`Finding`,
-:class:`Evaluation` and :class:`Usage`.
+:class:`Evaluation` and :class:`Usage`; what step 10 receives and dispatches through:
+:class:`LoadOptions` and :class:`Backend`.
 
 The ground floor of the package above the errors: plain data types and protocols, importing only
 the standard library, pydantic and :mod:`nlptasks.peft_support` (a table).  Plugins import them
@@ -11,23 +12,40 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from nlptasks.errors import PluginError
+from nlptasks.errors import NlptasksError, PluginError
 from nlptasks.peft_support import METHODS, TASK_TYPES, unsupported_reason
 
-__all__ = ["LABEL_KINDS", "Evaluation", "Finding", "Level", "NoOptions", "Predictor", "TaskSpec", "Usage"]
+__all__ = [
+    "DEVICES",
+    "LABEL_KINDS",
+    "PRECISIONS",
+    "Backend",
+    "Evaluation",
+    "Finding",
+    "Level",
+    "LoadOptions",
+    "NoOptions",
+    "Predictor",
+    "TaskSpec",
+    "Usage",
+]
 
-LABEL_KINDS = ("example", "token", "position")
+LABEL_KINDS = ("example", "token", "position", "target")
 """How a label field of the tokenized data is read (``TaskSpec.label_fields``):
 
 ``example``   one value per example (a class id, a score, a multi-hot vector);
-``token``     one value per input token, ``-100`` where the token is not in the loss;
+``token``     one value per input token (of an input of any rank: one per token of each of its
+              sequences), ``-100`` where the token is not in the loss;
 ``position``  one token index per example: the loss is on the token at that position (an answer's
-              start or end)."""
+              start or end);
+``target``    the token ids of a target sequence the model generates (an encoder-decoder's labels:
+              the decoder's side, not the input's), ``-100`` where a token is not in the loss."""
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
@@ -311,3 +329,116 @@ class Finding:
             more = f" and {len(self.rows) - SHOWN_ROWS} more" if len(self.rows) > SHOWN_ROWS else ""
             rows = f" (rows {shown}{more})"
         return f"{self.level}: [{self.check}] {where}{self.message}{rows}"
+
+
+# --------------------------------------------------------------------------------------------
+# Step 10: how a run is loaded, and the backends that load it
+# --------------------------------------------------------------------------------------------
+
+PRECISIONS = ("auto", "fp32", "bf16")
+"""The values of :attr:`LoadOptions.precision`."""
+
+DEVICES = ("auto", "cpu", "cuda")
+"""The values of :attr:`LoadOptions.device` (``cuda:N`` names one GPU)."""
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How step 10 loads and runs a trained run: what ``nlptasks infer``'s flags, ``nlptasks.load``'s
+    arguments and ``nlptasks serve``'s flags say, handed to ``nlptasks_load_predictor`` and from
+    there to :func:`nlptasks.plugin.load_run`.  Nothing else decides how a model is loaded: two
+    loads with different options in one process are independent.
+
+    :param precision: ``auto`` (bf16 on a CUDA GPU that supports it, else fp32), ``fp32``, or
+        ``bf16`` (a CUDA GPU with bf16, or a CPU that computes in bf16 natively).
+    :param backend: the runtime that loads the folder: ``auto`` (the backend whose export the folder
+        is, e.g. ``onnx`` for ``nlptasks export --onnx``; else ``torch``), ``torch``, ``onnx``, or a
+        backend a plugin registers (``nlptasks plugins`` lists them).  The predictor receives the
+        options with the backend chosen for its folder.
+    :param device: ``auto`` (a CUDA GPU when there is one, else the CPU), ``cpu``, ``cuda`` or
+        ``cuda:N``.
+    :param batch_size: inputs per forward pass (``None``: the predictor's own default).
+    :param max_length: longest input in tokens (``None``: the run's ``model.max_length``).
+    :param adapter: for a run trained with ``[peft]``: the adapter to use (``None``: the run's own).
+    :param base_only: for a run trained with ``[peft]``: the frozen base without any adapter.
+    :param threads: intra-op threads of a backend that has its own thread pool (ONNX Runtime;
+        ``None``: ``NLPTASKS_ONNX_THREADS``, else torch's thread count).  torch's own threads belong
+        to the process (``torch.set_num_threads``), not to one load.
+    """
+
+    precision: str = "auto"
+    backend: str = "auto"
+    device: str = "auto"
+    batch_size: int | None = None
+    max_length: int | None = None
+    adapter: str | None = None
+    base_only: bool = False
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
+        if not isinstance(self.backend, str) or not self.backend:
+            problems.append(f"backend {self.backend!r}: give a backend name (auto, torch, onnx, ...)")
+        if not isinstance(self.device, str) or not (self.device in DEVICES or re.fullmatch(r"cuda:\d+", self.device)):
+            problems.append(f"device {self.device!r}: choose one of {', '.join(DEVICES)} or cuda:N")
+        for name, least in (("batch_size", 1), ("max_length", 8), ("threads", 1)):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+                problems.append(f"{name} {value!r}: a whole number, {least} or more")
+        if self.adapter is not None and self.base_only:
+            problems.append("adapter and base_only: give one of them, not both")
+        if problems:
+            raise NlptasksError("load options: " + "; ".join(problems))
+
+    def but(self, **changes: Any) -> LoadOptions:
+        """A copy with ``changes`` (``options.but(backend="torch")``), validated again."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A runtime that step 10 loads run folders with.  ``torch`` and ``onnx`` (ONNX Runtime) are
+    built in; a plugin adds one by calling ``register(Backend(...))`` in its ``register_backends``
+    hook, and ``nlptasks infer --backend NAME``, ``nlptasks.load(..., backend=NAME)``, ``eval`` and
+    ``serve`` then load through it.
+
+    :param name: what ``--backend`` names (lower case letters, digits, ``_``, ``-``).
+    :param description: one line for ``nlptasks plugins`` and ``--help``.
+    :param load_model: ``load_model(run_dir, manifest, auto_class, options)``: the run's model for
+        inference, a callable that takes the tokenizer's tensors as keyword arguments and returns an
+        output with the fields of ``auto_class``'s (``logits`` ...), ready in eval mode.
+        ``manifest`` has the adapter chosen; ``options`` are the caller's :class:`LoadOptions`.
+        Reuse another backend with :func:`nlptasks.plugin.load_trained_model` and
+        ``options.but(backend="torch")``.
+    :param owns: ``owns(run_dir, manifest)``: whether the folder is an export only this backend
+        loads (``backend = "auto"`` then picks it; other backends refuse it).  Default: no folder.
+    :param refuses: ``refuses(run_dir, manifest, options)``: why this backend cannot load the folder
+        with these options, or ``None`` when it can (checked before anything is loaded).
+    :param eval_module: ``eval_module(run_dir, manifest, auto_class, label_fields)``: the model as a
+        ``torch.nn.Module`` that a ``transformers.Trainer`` evaluates (``nlptasks eval`` through this
+        backend), taking the task's label fields as keyword arguments; ``None``: eval refuses it.
+    """
+
+    name: str
+    description: str
+    load_model: Callable[[Path, Mapping[str, Any], str, LoadOptions], Any]
+    owns: Callable[[Path, Mapping[str, Any]], bool] | None = None
+    refuses: Callable[[Path, Mapping[str, Any], LoadOptions], str | None] | None = None
+    eval_module: Callable[[Path, Mapping[str, Any], str, Sequence[str]], Any] | None = None
+    plugin: str = ""  # filled in by the host: the plugin that registered it
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name) or self.name == "auto":
+            raise PluginError(f"Backend {self.name!r}: use lower-case letters, digits, '_' and '-' (not 'auto')")
+        if not callable(self.load_model):
+            raise PluginError(f"Backend {self.name!r}: load_model must be a function")
+
+    def owns_folder(self, run_dir: Path, manifest: Mapping[str, Any]) -> bool:
+        """Whether ``run_dir`` is this backend's own export (see ``owns``)."""
+        return bool(self.owns(run_dir, manifest)) if self.owns is not None else False
+
+    def refusal(self, run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions) -> str | None:
+        """Why this backend cannot load ``run_dir`` with ``options`` (``None``: it can)."""
+        return self.refuses(run_dir, manifest, options) if self.refuses is not None else None

@@ -122,7 +122,7 @@ def test_fsdp_config_passes_through_train_extra_and_needs_cuda(cli, tmp_path):
     """FSDP through ``train.extra`` (transformers' own keys) reaches the Trainer's accelerate plugin;
     on CPU processes accelerate would drop it silently (plain DDP), so there it is a recipe error."""
     from nlptasks.context import RunContext
-    from nlptasks.engine.training import make_training_arguments, training_kwargs
+    from nlptasks.engine.training.trainer import make_training_arguments, training_kwargs
     from nlptasks.pipeline import load_recipe
 
     fsdp = 'train.extra={ fsdp = true, fsdp_config = { version = 2, reshard_after_forward = true } }'
@@ -154,7 +154,7 @@ def test_deepspeed_without_the_package_is_a_recipe_error(cli, tmp_path):
 
 
 def test_torchrun_command():
-    from nlptasks.engine.distributed import torchrun_command
+    from nlptasks.engine.system.distributed import torchrun_command
 
     command = torchrun_command(4, ["--debug", "run", "r.toml", "--nproc", "4", "--set", "a=1", "--nproc=4"])
     assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
@@ -184,7 +184,7 @@ def _two_nodes(command_for_node, timeout: int = 300) -> list[subprocess.Complete
 def test_two_nodes_train_exactly_as_two_processes_on_one(tmp_path):
     """Two "machines" of one process each (torchrun's static rendezvous on localhost, gloo): the
     same shards, steps, gathered evaluation and final metrics as one machine with two processes."""
-    from nlptasks.engine.distributed import launcher_args
+    from nlptasks.engine.system.distributed import launcher_args
 
     one_node = _worker(2, tmp_path / "w1", tmp_path / "runs", "one")
     endpoint = f"127.0.0.1:{_free_port()}"
@@ -230,7 +230,7 @@ def test_run_on_two_nodes_with_the_c10d_rendezvous(tmp_path):
 
 
 def test_launcher_args_and_their_errors(cli):
-    from nlptasks.engine.distributed import launcher_args, torchrun_command
+    from nlptasks.engine.system.distributed import launcher_args, torchrun_command
     from nlptasks.errors import NlptasksError
 
     assert launcher_args(2) == ["--standalone", "--nproc_per_node=2"]

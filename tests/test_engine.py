@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from conftest import shared, write_csv
-from nlptasks.engine.data import read_rows, stratified_indices
+from nlptasks.engine.data.reading import read_rows
+from nlptasks.engine.data.splitting import stratified_indices
 from nlptasks.errors import DataError
 from nlptasks.recipe import ScratchConfig
 
@@ -55,7 +56,7 @@ def test_stratified_split_keeps_class_proportions_and_is_deterministic():
 def test_datasets_folder_loads(tmp_path):
     from datasets import Dataset
 
-    from nlptasks.engine.data import load_file
+    from nlptasks.engine.data.reading import load_file
 
     Dataset.from_dict({"text": ["a", "b"], "label": ["x", "y"]}).save_to_disk(str(tmp_path / "ds"))
     assert load_file(str(tmp_path / "ds")).column_names == ["text", "label"]
@@ -67,7 +68,7 @@ def test_scratch_tokenizers_round_trip_through_save_and_auto_tokenizer(tmp_path,
 
     from transformers import AutoTokenizer
 
-    from nlptasks.engine.tokenization import build_tokenizer
+    from nlptasks.engine.data.tokenization import build_tokenizer
 
     with (shared("chnsenticorp") / "train.csv").open(encoding="utf-8") as fh:
         texts = [row["text"] for row in csv.DictReader(fh)][:1500]
@@ -85,7 +86,7 @@ def test_scratch_tokenizers_round_trip_through_save_and_auto_tokenizer(tmp_path,
 
 
 def test_char_vocabulary_is_exactly_the_characters_seen_often_enough():
-    from nlptasks.engine.tokenization import SPECIALS, build_tokenizer
+    from nlptasks.engine.data.tokenization import SPECIALS, build_tokenizer
 
     tok = build_tokenizer(["好好 坏", "好坏 差"], ScratchConfig(tokenizer="char", min_frequency=2), 16)
     assert set(tok.get_vocab()) == {*SPECIALS, "好", "坏"}
@@ -104,7 +105,7 @@ def test_classification_report():
 
 
 def test_trainer_logs_become_readable_lines():
-    from nlptasks.engine.training import describe_log
+    from nlptasks.engine.training.trainer import describe_log
 
     assert (
         describe_log({"loss": 0.66, "grad_norm": 0.78, "learning_rate": 0.0003276, "epoch": 0.2128}, 20, 282)

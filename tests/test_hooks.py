@@ -44,7 +44,7 @@ def test_spec_module_lists_the_steps_in_pipeline_order():
     source = inspect.getsource(hookspecs)
     positions = [source.index(f"def {name}(") for name in PIPELINE_ORDER]
     assert positions == sorted(positions)
-    assert set(SPECS) == {*PIPELINE_ORDER, *TOOL_HOOKS, *REPORT_HOOKS, "register_tasks"}
+    assert set(SPECS) == {*PIPELINE_ORDER, *TOOL_HOOKS, *REPORT_HOOKS, "register_tasks", "register_backends"}
 
 
 def test_firstresult_conventions_match_the_docstrings():
@@ -221,4 +221,4 @@ def test_steps_without_a_generic_default_say_so(tmp_path):
                 kwargs["data"] = None
             getattr(defaults, name)(**kwargs)
     with pytest.raises(PluginError, match="no plugin can load task 'demo'"):
-        defaults.nlptasks_load_predictor(run_dir=tmp_path, manifest={"task": "demo"})
+        defaults.nlptasks_load_predictor(run_dir=tmp_path, manifest={"task": "demo"}, options=None)

@@ -54,7 +54,7 @@ def test_streaming_reads_at_most_one_chunk_ahead(cls_run, tmp_path):
     """The file reader is lazy and each chunk's results are written before the next chunk is read:
     the rows read so far never exceed the rows written by more than one chunk."""
     from nlptasks.pipeline import load_predictor
-    from nlptasks.engine.streaming import iter_rows, stream_predictions
+    from nlptasks.inference.streaming import iter_rows, stream_predictions
 
     src = lines_file(tmp_path / "big.txt", 5_000)
     size = src.stat().st_size
@@ -141,12 +141,13 @@ def test_max_length_cuts_inputs(cls_run, cli):
 def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cli, monkeypatch):
     import torch
 
-    from nlptasks.engine import inference
+    from nlptasks import LoadOptions
+    from nlptasks.inference import precision
     from nlptasks.pipeline import load_predictor
 
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU path")
-    assert inference.inference_precision() == ("cpu", "fp32")  # auto: fp32 on a CPU, whatever it has
+    assert precision.inference_precision(LoadOptions()) == ("cpu", "fp32")  # auto: fp32 on a CPU, whatever it has
     predictor = load_predictor(cls_run)
     assert predictor.model.dtype == torch.float32
     assert next(predictor.model.parameters()).device.type == "cpu"
@@ -154,21 +155,17 @@ def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cl
     code, fp32_out, err = cli("infer", "--model", cls_run, *texts)
     assert code == 0, err
 
-    if inference.cpu_has_bf16():  # e.g. AVX-512 BF16 (this project's machines): bf16 runs on the CPU
-        try:
-            code, bf16_out, err = cli("infer", "--model", cls_run, "--precision", "bf16", *texts)
-            with inference.precision_for_loading("bf16"):
-                assert load_predictor(cls_run).model.dtype == torch.bfloat16
-        finally:
-            inference.set_inference_precision("auto")
+    if precision.cpu_has_bf16():  # e.g. AVX-512 BF16 (this project's machines): bf16 runs on the CPU
+        code, bf16_out, err = cli("infer", "--model", cls_run, "--precision", "bf16", *texts)
+        assert load_predictor(cls_run, LoadOptions(precision="bf16")).model.dtype == torch.bfloat16
+        assert load_predictor(cls_run).model.dtype == torch.float32  # nothing of the bf16 load stayed behind
         assert code == 0, err
         fp32 = [json.loads(line) for line in fp32_out.splitlines()]
         bf16 = [json.loads(line) for line in bf16_out.splitlines()]
         assert [r["text"] for r in bf16] == texts
         assert max(abs(a["score"] - b["score"]) for a, b in zip(fp32, bf16, strict=True)) < 0.02
-    monkeypatch.setattr(inference, "cpu_has_bf16", lambda: False)  # a CPU without it
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)  # a CPU without it
     code, _, err = cli("infer", "--model", cls_run, "--precision", "bf16", "好")
-    inference.set_inference_precision("auto")
     assert code == 2
     assert "--precision bf16: needs a CUDA GPU with bf16 support or a CPU with native bf16" in err
 

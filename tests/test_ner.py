@@ -79,7 +79,7 @@ def test_each_word_is_taken_from_the_window_where_it_is_most_central():
 
 
 def test_char_tokenizer_gives_one_token_per_word_and_all_policy_labels_subtokens():
-    from nlptasks.engine.tokenization import build_tokenizer
+    from nlptasks.engine.data.tokenization import build_tokenizer
     from nlptasks.recipe import ScratchConfig
     from nlptasks_plugins.ner.align import IGNORE, encode
 

@@ -96,7 +96,7 @@ def test_cls_fp32_equal_and_int8_smaller(runs, cli, tmp_path):
     code, out, _ = cli("infer", "--model", tmp_path / "int8", "服务很好")  # the CLI picks ONNX by itself
     assert code == 0 and json.loads(out)["label"] in manifest["labels"]
 
-    from nlptasks.engine.onnx_export import int8_weight_type
+    from nlptasks.inference.onnx_export import int8_weight_type
 
     assert manifest8["onnx"]["weight_type"] == int8_weight_type()  # auto: this CPU's (QInt8 with VNNI)
     other = "QUInt8" if int8_weight_type() == "QInt8" else "QInt8"
@@ -200,7 +200,7 @@ def test_backend_choice_errors(runs, cli, tmp_path):
 def test_missing_onnxruntime_is_a_clear_error(monkeypatch, tmp_path):
     import sys
 
-    from nlptasks.engine.onnx_runtime import require_onnxruntime
+    from nlptasks.inference.onnx_backend import require_onnxruntime
     from nlptasks.errors import NlptasksError
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)

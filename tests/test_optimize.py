@@ -133,7 +133,7 @@ def test_freezing_mistakes_are_recipe_errors(tmp_path, cli):
 def test_layers_are_found_without_naming_the_architecture():
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-    from nlptasks.engine.optimize import embedding_modules, transformer_layers
+    from nlptasks.engine.training.optimize import embedding_modules, transformer_layers
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=16, n_layer=3, n_head=2, bos_token_id=0, eos_token_id=0))
     name, layers = transformer_layers(gpt2)
@@ -195,7 +195,7 @@ def test_the_optimizer_in_use(tmp_path, name, check):
 
 
 def test_auto_is_the_fused_adamw_where_torch_runs_it(tmp_path, monkeypatch):
-    from nlptasks.engine.optimize import resolve_optimizer
+    from nlptasks.engine.training.optimize import resolve_optimizer
 
     probe, _, _ = train(tmp_path, "train.max_steps=2")  # optimize.optimizer left at "auto"
     inner = getattr(probe.trainer.optimizer, "optimizer", probe.trainer.optimizer)
@@ -228,7 +228,7 @@ def test_cuda_only_values_are_recipe_errors_on_this_machine(cli, tmp_path):
 
 
 def test_a_gpu_with_bitsandbytes_accepts_them():
-    from nlptasks.engine.machine import machine_problems
+    from nlptasks.engine.system.machine import machine_problems
 
     recipe = load_recipe(RECIPES / "cls.toml", ["optimize.optimizer=adamw_8bit", "optimize.tf32=true"]).recipe
     assert machine_problems(recipe, cuda=True, bitsandbytes=True) == []
@@ -237,7 +237,7 @@ def test_a_gpu_with_bitsandbytes_accepts_them():
 
 def test_compile_tf32_and_checkpointing_reach_the_training_arguments():
     from nlptasks.context import RunContext
-    from nlptasks.engine.training import make_training_arguments, training_kwargs
+    from nlptasks.engine.training.trainer import make_training_arguments, training_kwargs
 
     loaded = load_recipe(RECIPES / "cls.toml", ["optimize.compile=true", "optimize.gradient_checkpointing=true"])
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
@@ -249,7 +249,7 @@ def test_compile_tf32_and_checkpointing_reach_the_training_arguments():
 
 def test_train_extra_cannot_contradict_optimize():
     from nlptasks.context import RunContext
-    from nlptasks.engine.training import training_kwargs
+    from nlptasks.engine.training.trainer import training_kwargs
 
     loaded = load_recipe(RECIPES / "cls.toml", ['train.extra={ optim = "sgd" }', "optimize.optimizer=adafactor"])
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
@@ -457,12 +457,12 @@ def test_auto_precision_on_a_cpu(monkeypatch):
     multiplies bf16 natively, fp32 for a model built from scratch or on a CPU without it."""
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    from nlptasks.engine import inference
-    from nlptasks.engine.training import resolve_precision
+    from nlptasks.engine.system import machine
+    from nlptasks.engine.training.trainer import resolve_precision
     from nlptasks.plan.estimate import resolved_precision
 
     for native in (True, False):
-        monkeypatch.setattr(inference, "cpu_has_bf16", lambda native=native: native)
+        monkeypatch.setattr(machine, "cpu_has_bf16", lambda native=native: native)
         assert resolve_precision("auto", pretrained=True) == resolved_precision("auto", "cpu") == (
             "bf16" if native else "fp32")
         assert resolve_precision("auto", pretrained=False) == resolved_precision("auto", "cpu", False) == "fp32"

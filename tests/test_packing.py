@@ -1,4 +1,4 @@
-"""Attention per example inside packed rows (nlptasks.engine.packing, ``use_segment_attention``):
+"""Attention per example inside packed rows (nlptasks.engine.model.packing, ``use_segment_attention``):
 the same logits, loss and gradients as SDPA's block-diagonal mask, plain SDPA everywhere else, and
 nothing of it saved with the model."""
 
@@ -139,7 +139,7 @@ def test_a_packed_row_with_a_key_value_prefix_is_refused_not_mixed():
     """Prefix tuning hands the attention more keys than the row has tokens: the row cannot be split
     per example, and plain SDPA would let the examples see each other, so it is an error."""
     from nlptasks import NlptasksError
-    from nlptasks.engine.packing import segment_attention
+    from nlptasks.engine.model.packing import segment_attention
 
     module = torch.nn.Module()
     module.is_causal = False

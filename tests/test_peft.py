@@ -170,7 +170,7 @@ def test_prefix_problem_follows_the_forward_signature():
 
     from transformers import BertConfig, BertForSequenceClassification
 
-    from nlptasks.engine.peft import prefix_problem
+    from nlptasks.engine.model.peft import prefix_problem
 
     model = BertForSequenceClassification(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                                                      intermediate_size=8))
@@ -242,13 +242,14 @@ def test_base_only_and_adapter_differ(train, cli):
     """The adapter matters: the check inputs give other logits without it (so the merge check
     below compares something)."""
     from nlptasks.plugin import load_trained_model
-    from nlptasks.engine.merge import model_outputs
+    from nlptasks.inference.merge import model_outputs
 
     code, err, run_dir = train("cls", "lora")
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
-    check = json.loads((run_dir / "peft_check.json").read_text(encoding="utf-8"))["inputs"]
+    check = json.loads((run_dir / "examples.json").read_text(encoding="utf-8"))["inputs"]
     with_adapter = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification"), check, "SEQ_CLS")
-    base = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification", base_only=True), check, "SEQ_CLS")
+    bare = {**manifest, "peft": {**manifest["peft"], "base_only": True}}  # what --base-only hands step 10
+    base = model_outputs(load_trained_model(run_dir, bare, "AutoModelForSequenceClassification"), check, "SEQ_CLS")
     assert max(float((a["logits"] - b["logits"]).abs().max()) for a, b in zip(with_adapter, base, strict=True)) > 1e-3
     ours = infer(cli, run_dir, "这家酒店服务很好")[0]
     bare = infer(cli, run_dir, "这家酒店服务很好", extra=("--base-only",))[0]
@@ -308,7 +309,7 @@ def test_export_merge(task_id, method, train, cli, tmp_path):
     import transformers
 
     from nlptasks.plugin import load_trained_model
-    from nlptasks.engine.merge import compare_outputs, model_outputs
+    from nlptasks.inference.merge import compare_outputs, model_outputs
 
     task = BY_ID[task_id]
     code, err, run_dir = train(task_id, method)
@@ -316,7 +317,7 @@ def test_export_merge(task_id, method, train, cli, tmp_path):
     out = tmp_path / "merged"
     code, stdout, err = cli("export", run_dir, "--merge", out)
     assert code == 0, err
-    check = json.loads((run_dir / "peft_check.json").read_text(encoding="utf-8"))["inputs"]
+    check = json.loads((run_dir / "examples.json").read_text(encoding="utf-8"))["inputs"]
     assert len(check) == (8 if task_id == "pair-bi" else 4)  # the bi-encoder stores both sides
     assert f"same predictions on {len(check)} stored inputs" in stdout
     assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
@@ -342,7 +343,7 @@ def test_export_merge(task_id, method, train, cli, tmp_path):
 def test_compare_outputs_reports_a_mismatch():
     import torch
 
-    from nlptasks.engine.merge import compare_outputs
+    from nlptasks.inference.merge import compare_outputs
 
     a = [{"logits": torch.tensor([[0.1, 0.9]])}]
     b = [{"logits": torch.tensor([[0.9, 0.1]])}]
@@ -470,7 +471,7 @@ def test_qlora_needs_cuda_and_bitsandbytes(cli, tmp_path):
 
 
 def test_machine_problems_on_a_gpu_without_bitsandbytes():
-    from nlptasks.engine.machine import machine_problems
+    from nlptasks.engine.system.machine import machine_problems
     from nlptasks.pipeline import load_recipe
 
     loaded = load_recipe(RECIPES / "cls.toml", ["peft.method=lora", "peft.quantization=8bit", "model.dtype=bf16"])
@@ -494,7 +495,7 @@ def test_causal_lm_row_of_the_table(method):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from nlptasks.engine.merge import compare_outputs, model_outputs
+    from nlptasks.inference.merge import compare_outputs, model_outputs
 
     assert unsupported_reason("CAUSAL_LM", method) is None
     torch.manual_seed(0)

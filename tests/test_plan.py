@@ -105,7 +105,7 @@ def test_activation_estimate_matches_saved_tensors(arch, variant):
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, BertConfig, Qwen2Config
 
-    from nlptasks.engine.optimize import freeze
+    from nlptasks.engine.training.optimize import freeze
     from nlptasks.plan import Settings, estimate, model_shape
     from nlptasks.recipe import OptimizeConfig
 

@@ -11,7 +11,8 @@ import pytest
 from conftest import RECIPES, ROOT
 from nlptasks.errors import NlptasksError, RecipeError
 from nlptasks.pipeline import load_recipe
-from nlptasks.recipe import dump_toml, parse_override, recipe_json_schema
+from nlptasks.recipe import Recipe, dump_toml, parse_override, recipe_json_schema
+from pydantic import BaseModel
 
 SHIPPED = sorted(RECIPES.rglob("*.toml"))
 
@@ -199,3 +200,41 @@ def test_schema_covers_task_options():
 def test_readme_recipe_example_is_a_shipped_recipe():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "nlptasks run recipes/cls.toml" in readme
+
+
+# -- the one recipe -> TrainingArguments mapping ------------------------------------------------------
+
+
+def test_every_training_argument_names_a_real_recipe_key_or_says_who_decides():
+    from nlptasks.recipe.arguments import ARGUMENTS
+
+    recipe_keys = {f"{table}.{key}" for table, field in Recipe.model_fields.items()
+                   if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+                   for key in field.annotation.model_fields} | set(Recipe.model_fields)
+    for key, row in ARGUMENTS.items():
+        head = row.source.split(" ", 1)[0]
+        assert head in recipe_keys or head in ("nlptasks", "--no-progress"), (key, row.source)
+
+
+def test_train_extra_may_not_shadow_a_recipe_key_of_the_mapping():
+    """Every row train.extra may never set is refused at validation, naming the recipe key; the
+    [optimize] rows only when their option is set too; the machine defaults are open."""
+    from nlptasks.recipe.arguments import ALIASES, ARGUMENTS
+
+    for key, row in [*ARGUMENTS.items(), *((old, ARGUMENTS[new]) for old, new in ALIASES.items())]:
+        value = "1" if key not in ("report_to",) else '["none"]'
+        problems = _problems([f"train.extra={{ {key} = {value} }}"])
+        if row.extra == "never":
+            assert any(p.startswith(f"train.extra.{key}: is set by {row.source}") for p in problems), (key, problems)
+        else:
+            assert not any(p.startswith(f"train.extra.{key}:") for p in problems), (key, problems)
+    problems = _problems(['train.extra={ optim = "sgd" }', "optimize.optimizer=adafactor"])
+    assert any("train.extra.optim: is also set by optimize.optimizer = 'adafactor'" in p for p in problems)
+
+
+def _problems(overrides: list[str]) -> list[str]:
+    try:
+        load_recipe(RECIPES / "cls.toml", overrides)
+    except RecipeError as exc:
+        return [str(p) for p in exc.problems]
+    return []

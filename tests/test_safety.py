@@ -89,7 +89,7 @@ def test_no_recipe_string_reaches_a_shell():
                     calls.append((rel, line.strip().removeprefix("return ")))
     assert hits == []
     assert sorted(calls) == sorted([LAUNCHER, TUNE_WORKERS])  # argument lists, never a shell
-    from nlptasks.engine.distributed import torchrun_command
+    from nlptasks.engine.system.distributed import torchrun_command
 
     command = torchrun_command(2, ["run", "recipe with spaces; rm -rf x.toml", "--nproc", "2"])
     assert isinstance(command, list) and "recipe with spaces; rm -rf x.toml" in command and "--nproc" not in command

@@ -57,7 +57,7 @@ def sets(*items: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from nlptasks.engine.tokenization import build_tokenizer
+    from nlptasks.engine.data.tokenization import build_tokenizer
     from nlptasks.recipe import ScratchConfig
 
     texts = [r["instruction"] + r["output"] for r in demo_rows(200)] + ["user assistant system ### Instruction: ### Response:"] * 3

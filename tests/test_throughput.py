@@ -57,7 +57,7 @@ def test_batch_tokens_counts_every_side_and_packed_batches():
     import torch
     from transformers import BatchEncoding
 
-    from nlptasks.engine.throughput import batch_tokens
+    from nlptasks.engine.training.throughput import batch_tokens
 
     pair = {  # a bi-encoder batch: both sides, each with its mask
         "input_ids": torch.ones(2, 5, dtype=torch.long),
@@ -75,7 +75,7 @@ def test_batch_tokens_counts_every_side_and_packed_batches():
 def test_nonembedding_parameters_leave_out_embedding_tables():
     from transformers import BertConfig, BertModel
 
-    from nlptasks.engine.throughput import nonembedding_parameters
+    from nlptasks.engine.training.throughput import nonembedding_parameters
 
     model = BertModel(BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                  intermediate_size=64, max_position_embeddings=64))
@@ -86,7 +86,7 @@ def test_nonembedding_parameters_leave_out_embedding_tables():
 
 
 def test_measured_peak_is_cached_and_keeps_the_best(tmp_path, monkeypatch):
-    from nlptasks.engine import throughput
+    from nlptasks.engine.training.trainer import throughput
 
     monkeypatch.delenv("NLPTASKS_PEAK_TFLOPS", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -102,7 +102,7 @@ def test_measured_peak_is_cached_and_keeps_the_best(tmp_path, monkeypatch):
 
 
 def test_a_real_matmul_measures_a_plausible_peak():
-    from nlptasks.engine.throughput import _time_matmul
+    from nlptasks.engine.training.throughput import _time_matmul
 
     flops = _time_matmul(__import__("torch").float32, "cpu", n=256)
     assert 1e8 < flops < 1e14

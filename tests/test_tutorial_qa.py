@@ -46,7 +46,7 @@ def quick_run(host, tmp_path_factory):
 
 
 def tokenizer():
-    from nlptasks.engine.tokenization import build_tokenizer
+    from nlptasks.engine.data.tokenization import build_tokenizer
     from nlptasks.recipe import ScratchConfig
 
     rows = [json.loads(line) for line in (PACKAGE / "data" / "train.jsonl").read_text(encoding="utf-8").splitlines()]

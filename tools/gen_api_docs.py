@@ -97,7 +97,7 @@ def _home(name: str) -> Any:
     """The module whose source assigns the constant ``name`` (for its docstring)."""
     import importlib
 
-    for module in ("nlptasks.engine.data", "nlptasks.types", "nlptasks.hookspecs"):
+    for module in ("nlptasks.engine.data.reading", "nlptasks.types", "nlptasks.hookspecs"):
         mod = importlib.import_module(module)
         if name in vars(mod):
             return mod

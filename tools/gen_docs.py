@@ -445,7 +445,7 @@ OVERRIDE_EXAMPLES = [
 
 def gen_recipes() -> str:
     from nlptasks import recipe as recipe_module
-    from nlptasks.engine import rundir
+    from nlptasks.engine.io import rundir
     from nlptasks.recipe import PATH_KEYS, parse_override
 
     sections = recipe_sections()
@@ -600,7 +600,7 @@ def env_vars() -> list[tuple[str, str]]:
     module docstrings of ``nlptasks/host.py`` (plugin loading), ``nlptasks/serve/__init__.py`` (the
     server), ``nlptasks/engine/onnx_runtime.py`` and ``nlptasks/engine/throughput.py``."""
     from nlptasks import host, serve
-    from nlptasks.engine import onnx_runtime, throughput
+    from nlptasks.inference import onnx_backend, throughput
 
     doc = "\n".join(inspect.cleandoc(m.__doc__ or "") + "\n" for m in (host, serve, onnx_runtime, throughput))
     found = re.findall(r"^``([A-Z][A-Z0-9_]+)``\n((?:[ \t]+.*\n?)+)", doc, re.M)

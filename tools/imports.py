@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("hook specs", ("nlptasks.hookspecs",)),
     ("engine", ("nlptasks.engine",)),
     ("plugin host", ("nlptasks.host",)),
+    ("inference", ("nlptasks.inference",)),
     ("public plugin API", ("nlptasks.plugin",)),
     ("pipeline", ("nlptasks.pipeline",)),
     ("plan", ("nlptasks.plan",)),
@@ -39,6 +40,28 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("facade", ("nlptasks.__main__", "nlptasks")),
 ]
 """The floors of the house, ground first: a module may import its own floor and those below."""
+
+ROOMS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+    "nlptasks.engine": [
+        ("system", ("nlptasks.engine.system",)),
+        ("io", ("nlptasks.engine.io",)),
+        ("data", ("nlptasks.engine.data",)),
+        ("model", ("nlptasks.engine.model",)),
+        ("training", ("nlptasks.engine.training",)),
+        ("reports", ("nlptasks.engine.reports",)),
+        ("defaults", ("nlptasks.engine.defaults", "nlptasks.engine")),
+    ],
+}
+"""The rooms of a floor, lowest first: inside the floor, a module may import its own room and those
+below (the engine's package ``__init__`` sits with its defaults, at the top)."""
+
+SKIPS: dict[str, tuple[str, ...]] = {
+    "nlptasks.cli": ("nlptasks.engine",),
+    "nlptasks.serve": ("nlptasks.engine",),
+    "nlptasks.api": ("nlptasks.engine",),
+}
+"""Floors a floor does not reach past: the commands, the server and the Python API go through the
+floors between them and the engine (the inference floor, the pipeline), never into the engine."""
 
 
 @dataclass
@@ -128,6 +151,43 @@ def layer_of(module: str) -> int:
     return index
 
 
+def room_of(module: str) -> tuple[str, int] | None:
+    """``(floor prefix, room index)`` of a module on a floor with rooms, else ``None``."""
+    for floor, rooms in ROOMS.items():
+        if module != floor and not module.startswith(floor + "."):
+            continue
+        best, index = -1, -1
+        for i, (_, prefixes) in enumerate(rooms):
+            for prefix in prefixes:
+                if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                    best, index = len(prefix), i
+        if index < 0:
+            raise KeyError(f"{module}: in no room of {floor} (tools/imports.py ROOMS)")
+        return floor, index
+    return None
+
+
+def upward_rooms(graph: Graph) -> list[Import]:
+    """Imports from a lower room of a floor to a higher room of the same floor."""
+    bad = []
+    for imp in graph.imports:
+        a, b = room_of(imp.source), room_of(imp.target)
+        if a is not None and b is not None and a[0] == b[0] and b[1] > a[1]:
+            bad.append(imp)
+    return bad
+
+
+def skipped_floors(graph: Graph) -> list[Import]:
+    """Imports that reach past the floors in between (:data:`SKIPS`)."""
+    bad = []
+    for imp in graph.imports:
+        for source, targets in SKIPS.items():
+            if (imp.source == source or imp.source.startswith(source + ".")) and any(
+                    imp.target == t or imp.target.startswith(t + ".") for t in targets):
+                bad.append(imp)
+    return bad
+
+
 def circles(graph: Graph) -> list[list[str]]:
     """Strongly connected groups of more than one module (import circles), each sorted."""
     edges = graph.edges()
@@ -209,6 +269,12 @@ def main() -> int:
     bad = _print("import circles", circles(graph))
     bad += _print("imports from a lower floor to a higher one",
                   (f"{i.source}:{i.line} -> {i.target}" for i in upward(graph)))
+    for floor, rooms in ROOMS.items():
+        print(f"  rooms of {floor}: {' < '.join(name for name, _ in rooms)}")
+    bad += _print("imports from a lower room to a higher one",
+                  (f"{i.source}:{i.line} -> {i.target}" for i in upward_rooms(graph)))
+    bad += _print("imports past the floors in between",
+                  (f"{i.source}:{i.line} -> {i.target}" for i in skipped_floors(graph)))
     bad += _print("imports of another module's private name",
                   (f"{i.source}:{i.line} -> {i.target} {i.names}" for i in private_names(graph)))
     bad += _print("eager imports in package __init__ files",

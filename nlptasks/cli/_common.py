@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_recipe_arguments", "check_positive", "display", "print_notes", "task_of", "warn_remote_code"]
+__all__ = [
+    "add_load_arguments",
+    "add_recipe_arguments",
+    "check_positive",
+    "display",
+    "load_options",
+    "print_notes",
+    "task_of",
+]
 
 
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,26 +26,53 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
                    help="override a recipe key (repeatable)")
 
 
-def add_backend_argument(p: Any) -> None:
-    """``--backend auto|torch|onnx`` (infer, eval, serve): which runtime loads the run folders."""
-    p.add_argument("--backend", choices=("auto", "torch", "onnx"), default="auto",
-                   help="auto (default): ONNX Runtime for a folder made by `nlptasks export --onnx`, else torch; "
-                        "onnx/torch insist (an error when the folder is the other kind)")
+LOAD_FLAGS = ("precision", "backend", "device", "adapter", "base_only", "batch_size", "max_length", "threads")
+
+
+def add_load_arguments(p: Any, *flags: str) -> None:
+    """The flags of step 10's :class:`nlptasks.LoadOptions` that a command offers (infer, eval,
+    serve): ``precision``, ``backend``, ``device``, ``adapter``, ``base_only``, ``threads``
+    (``batch_size`` and ``max_length`` are the commands' own, with their own defaults)."""
+    unknown = set(flags) - set(LOAD_FLAGS)
+    assert not unknown, unknown
+    if "precision" in flags:
+        p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                       help="inference dtype: auto = bf16 on a CUDA GPU that supports it, else fp32 (default: auto); "
+                            "bf16 also runs on a CPU with native bf16 (AVX-512 BF16 or AMX), about twice as fast")
+    if "backend" in flags:
+        p.add_argument("--backend", default="auto", metavar="NAME",
+                       help="runtime that loads the run: auto (default: ONNX Runtime for a folder made by `nlptasks "
+                            "export --onnx`, else torch), torch, onnx, or a backend a plugin adds (`nlptasks plugins`); "
+                            "a named backend insists (an error when the folder is another backend's)")
+    if "device" in flags:
+        p.add_argument("--device", default="auto", metavar="DEVICE",
+                       help="auto (default: a CUDA GPU when there is one), cpu, cuda or cuda:N")
+    if "threads" in flags:
+        p.add_argument("--threads", type=int, metavar="N",
+                       help="intra-op threads of a backend with its own thread pool (ONNX Runtime; default: "
+                            "$NLPTASKS_ONNX_THREADS, else torch's thread count)")
+    if "adapter" in flags:
+        p.add_argument("--adapter", metavar="NAME",
+                       help="for a run trained with [peft]: the adapter to use (default: the run's own, 'default'; "
+                            "others are added with `nlptasks add-adapter`)")
+    if "base_only" in flags:
+        p.add_argument("--base-only", action="store_true",
+                       help="for a run trained with [peft]: the frozen base alone, no adapter")
+
+
+def load_options(args: argparse.Namespace, **given: Any) -> Any:
+    """The :class:`nlptasks.LoadOptions` of the load flags in ``args`` (and ``given`` values)."""
+    from nlptasks.types import LoadOptions
+
+    values = {name: getattr(args, name) for name in LOAD_FLAGS if getattr(args, name, None) is not None}
+    values.update(given)
+    return LoadOptions(**values)
 
 
 def print_notes(loaded: Any) -> None:
     """Print what loading the recipe changed (``note: ...`` lines on stderr)."""
     for note in loaded.notes:
         print(f"note: {note}", file=sys.stderr)
-
-
-def warn_remote_code(loaded: Any) -> None:
-    """check and inspect-batch load the tokenizer, which runs remote code too when allowed."""
-    model = loaded.recipe.model
-    if model.name_or_path and model.trust_remote_code:
-        from nlptasks.engine.modeling import warn_remote_code as warn
-
-        warn(logging.getLogger("nlptasks"), model.name_or_path, True)
 
 
 def display(path: Path) -> str:

@@ -29,7 +29,7 @@ def cmd(args: argparse.Namespace) -> int:
     for path in (args.run, args.other):
         if not path.is_dir():
             raise NlptasksError(f"{path}: no such folder")
-    from nlptasks.engine.trained import add_adapter
+    from nlptasks.inference.adapters import add_adapter
 
     manifest = add_adapter(args.run, args.other, args.name)
     names = ", ".join(manifest["peft"]["adapters"])

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from nlptasks.cli._common import add_recipe_arguments, print_notes, warn_remote_code
+from nlptasks.cli._common import add_recipe_arguments, print_notes
 
 __all__ = ["cmd", "register"]
 
@@ -30,7 +30,6 @@ def cmd(args: argparse.Namespace) -> int:
     loaded = load_recipe(args.recipe, args.overrides)
     print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warn_remote_code(loaded)
     from nlptasks.pipeline import check
 
     report = check(loaded)

@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from nlptasks.engine.report import compare
+    from nlptasks.pipeline.compare import compare
 
     print(compare(list(args.runs)))
     return 0

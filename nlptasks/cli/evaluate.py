@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import add_backend_argument, display
+from nlptasks.cli._common import add_load_arguments, display, load_options
 
 __all__ = ["cmd", "register"]
 
@@ -28,9 +28,7 @@ def register(sub: Any) -> None:
                         "train.eval_batch_size and train.precision)")
     p.add_argument("-o", "--output", type=Path, metavar="DIR",
                    help="the eval folder (default: RUN/eval/<timestamp>)")
-    p.add_argument("--adapter", metavar="NAME", help="for a run trained with [peft]: the adapter to score")
-    p.add_argument("--base-only", action="store_true", help="for a run trained with [peft]: the frozen base alone")
-    add_backend_argument(p)
+    add_load_arguments(p, "adapter", "base_only", "backend")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=False,
                    help="show the libraries' progress bars (default: off)")
     p.set_defaults(func=cmd)
@@ -47,11 +45,8 @@ def cmd(args: argparse.Namespace) -> int:
     from nlptasks.cli.run import format_metrics
     from nlptasks.pipeline.evaluate import ERRORS, evaluate_run
 
-    from nlptasks.engine.onnx_runtime import backend_for_loading
-
-    with backend_for_loading(args.backend):
-        results = evaluate_run(args.run, args.data, args.overrides, args.output, adapter=args.adapter,
-                               base_only=args.base_only, progress=args.progress)
+    results = evaluate_run(args.run, args.data, args.overrides, args.output, options=load_options(args),
+                           progress=args.progress)
     for result in results:
         print(f"{display(result.source)}: {result.rows} rows, {result.examples} examples scored")
         print(format_metrics({"test": result.metrics, "dropped": {"test": result.dropped} if result.dropped else {}}))

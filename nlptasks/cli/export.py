@@ -54,7 +54,7 @@ def cmd(args: argparse.Namespace) -> int:
         return _onnx(args)
     if args.quantize != "none":
         raise NlptasksError("--quantize applies to --onnx")
-    from nlptasks.engine.merge import export_merged
+    from nlptasks.inference.merge import export_merged
 
     result = export_merged(args.run, args.merge, args.adapter)
     merged = result["merged_from"]

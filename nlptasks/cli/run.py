@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from typing import Any
 
 from nlptasks.cli._common import display, print_notes
@@ -47,11 +46,10 @@ def cmd(args: argparse.Namespace) -> int:
 
         raise NlptasksError("--nnodes, --rdzv-endpoint and --node-rank start torchrun: add --nproc N (processes per machine)")
     if args.nproc is not None:
-        from nlptasks.engine.distributed import launcher_args
+        from nlptasks.pipeline.launch import launch
 
-        launcher = launcher_args(args.nproc, args.nnodes, args.rdzv_endpoint, args.node_rank, args.rdzv_id)
-        return _launch(args.nproc, args.argv, launcher)
-    from nlptasks.engine.distributed import is_main
+        return launch(args.nproc, args.argv, args.nnodes, args.rdzv_endpoint, args.node_rank, args.rdzv_id)
+    from nlptasks.pipeline.launch import is_main
 
     main = is_main()
     if main:
@@ -59,7 +57,6 @@ def cmd(args: argparse.Namespace) -> int:
     else:  # the other ranks of a distributed run: no notes, logs, bars or table
         logging.getLogger("nlptasks").setLevel(logging.WARNING)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from nlptasks.engine.report import infer_command
     from nlptasks.pipeline import run
 
     result = run(loaded, progress=not args.no_progress and main, resume=args.resume)
@@ -67,25 +64,8 @@ def cmd(args: argparse.Namespace) -> int:
         return 0
     print(format_metrics(result.metrics))
     print(f"\nmodel saved to {display(result.output_dir)} ({result.seconds:.0f} s)")
-    print(f"try: {infer_command(display(result.output_dir), loaded.task.usage_for(result.manifest))}")
+    print(f"try: {result.try_command(display(result.output_dir))}")
     return 0
-
-
-def _launch(nproc: int, argv: list[str], launcher: list[str]) -> int:
-    """``nlptasks run --nproc N``: the same command again under torchrun, without ``--nproc``."""
-    import subprocess
-
-    from nlptasks.engine.distributed import torchrun_command
-    from nlptasks.errors import NlptasksError
-
-    if nproc < 1:
-        raise NlptasksError(f"--nproc: {nproc} processes; give 1 or more")
-    if "WORLD_SIZE" in os.environ:
-        raise NlptasksError("--nproc: already inside a distributed launcher (WORLD_SIZE is set); drop --nproc")
-    command = torchrun_command(nproc, argv, launcher)
-    print("launch: " + " ".join(command[1:]), file=sys.stderr)
-    return subprocess.call(command)
-
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import add_backend_argument, check_positive, display
+from nlptasks.cli._common import add_load_arguments, check_positive, display, load_options
 
 __all__ = ["cmd", "register"]
 
@@ -52,10 +52,7 @@ def register(sub: Any) -> None:
                    help="seconds a request may wait for its answer before 504; also the grace period for requests "
                         "in flight when the server stops (default: 60)")
     m = p.add_argument_group("models")
-    m.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                   help="inference dtype, as for `nlptasks infer` (default: auto)")
-    m.add_argument("--adapter", metavar="NAME", help="for runs trained with [peft]: the adapter to serve")
-    add_backend_argument(m)
+    add_load_arguments(m, "precision", "backend", "device", "threads", "adapter")
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="do not log one line per request")
     p.set_defaults(func=cmd)
@@ -84,12 +81,8 @@ def cmd(args: argparse.Namespace) -> int:
     from nlptasks.serve.models import load_models
     from nlptasks.serve.state import ServerState, ServeSettings
 
-    from nlptasks.engine.onnx_runtime import backend_for_loading
-
     hf_logging.disable_progress_bar()
-    with backend_for_loading(args.backend):
-        models = load_models(args.runs, args.names, adapter=args.adapter, precision=args.precision,  # checks all first
-                             batch_size=args.max_batch_size)
+    models = load_models(args.runs, args.names, load_options(args, batch_size=args.max_batch_size))  # checks all first
     settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                              max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
                              timeout_s=args.timeout, api_key=args.api_key)

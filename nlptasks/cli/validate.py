@@ -26,9 +26,9 @@ def cmd(args: argparse.Namespace) -> int:
 
     loaded = load_recipe(args.recipe, args.overrides)
     print_notes(loaded)
-    from nlptasks.engine.preflight import check_preflight
+    from nlptasks.pipeline.validate import machine_notes, preflight
 
-    check_preflight(loaded)  # what a run checks before it reads data: libraries, config.json, memory
+    preflight(loaded)  # what a run checks before it reads data: libraries, config.json, memory
     r = loaded.recipe
     data = r.data.hub or ", ".join(f"{k}={getattr(r.data, k)}" for k in ("train", "validation", "test") if getattr(r.data, k))
     model = r.model.name_or_path or f"from scratch ({r.model.scratch.architecture}, {r.model.scratch.tokenizer} vocabulary)"  # type: ignore[union-attr]
@@ -36,23 +36,6 @@ def cmd(args: argparse.Namespace) -> int:
         print(dump_toml(loaded.resolved()), end="")
     else:
         print(f"ok: {args.recipe}: task {loaded.task.name!r}, data {data}, model {model}")
-    _note_machine(loaded)
+    for note in machine_notes(loaded):
+        print(f"note: {note}", file=sys.stderr)
     return 0
-
-
-def _note_machine(loaded: Any) -> None:
-    """A valid recipe may still ask for what this machine lacks (a CUDA GPU, bitsandbytes): say so
-    as a note, with the settings that run here, as ``run`` would refuse it at start."""
-    from nlptasks.engine.machine import check_machine, machine_problems
-    from nlptasks.errors import RecipeError
-
-    if not machine_problems(loaded.recipe, cuda=False, bitsandbytes=False):
-        return  # asks for nothing machine-specific: no need to load torch to find out
-    try:
-        check_machine(loaded.recipe, str(loaded.path))
-    except RecipeError as exc:
-        print("note: valid, but `nlptasks run` refuses it on this machine:", file=sys.stderr)
-        for problem in exc.problems:
-            print(f"note:   {problem}", file=sys.stderr)
-        if exc.hint:
-            print(f"note: {exc.hint}", file=sys.stderr)

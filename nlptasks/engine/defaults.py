@@ -45,14 +45,14 @@ def nlptasks_setup(ctx: Any) -> None:
 
 @hookimpl(trylast=True)
 def nlptasks_load_data(ctx: Any) -> Any:
-    from nlptasks.engine.data import load_data
+    from nlptasks.engine.data.reading import load_data
 
     return load_data(ctx)
 
 
 @hookimpl(trylast=True)
 def nlptasks_split(ctx: Any, data: Any) -> Any:
-    from nlptasks.engine.data import split_data
+    from nlptasks.engine.data.splitting import split_data
 
     return split_data(ctx, data)
 
@@ -74,7 +74,7 @@ def nlptasks_metrics(ctx: Any) -> None:
 
 @hookimpl(trylast=True)
 def nlptasks_training_arguments(ctx: Any, kwargs: dict[str, Any]) -> Any:
-    from nlptasks.engine.training import make_training_arguments
+    from nlptasks.engine.training.trainer import make_training_arguments
 
     return make_training_arguments(kwargs)
 
@@ -94,27 +94,27 @@ def nlptasks_trainer(
 ) -> Any:
     from transformers import Trainer
 
-    from nlptasks.engine.training import build_trainer
+    from nlptasks.engine.training.trainer import build_trainer
 
     return build_trainer(Trainer, ctx, model, args, data, data_collator, compute_metrics)
 
 
 @hookimpl(trylast=True)
 def nlptasks_train(ctx: Any, trainer: Any, data: Any) -> dict[str, Any]:
-    from nlptasks.engine.training import train_and_evaluate
+    from nlptasks.engine.training.trainer import train_and_evaluate
 
     return train_and_evaluate(ctx, trainer, data)
 
 
 @hookimpl(trylast=True)
 def nlptasks_evaluate(ctx: Any, trainer: Any, data: Any, split: str) -> dict[str, Any]:
-    from nlptasks.engine.training import evaluate_split
+    from nlptasks.engine.training.trainer import evaluate_split
 
     return evaluate_split(trainer, data, split)
 
 
 @hookimpl(trylast=True)
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: Any) -> Any:
     task = manifest.get("task", "?")
     raise PluginError(
         f"no plugin can load task {task!r} for inference (run {run_dir})",

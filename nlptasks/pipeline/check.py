@@ -5,7 +5,7 @@ a throw-away folder, then every plugin's :func:`~nlptasks.hookspecs.nlptasks_che
 *findings* about the data before anything is trained: label sets that differ between splits,
 class balance, empty and duplicate rows, rows shared by train and validation/test, and how much
 ``model.max_length`` would cut.  Errors make the command exit non-zero.  The task-independent
-helpers the plugins call are in :mod:`nlptasks.engine.doctor`.
+helpers the plugins call are in :mod:`nlptasks.engine.data.doctor`.
 """
 
 from __future__ import annotations

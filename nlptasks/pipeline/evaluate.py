@@ -27,11 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.context import RunContext
-from nlptasks.engine.rundir import read_manifest, write_json, write_text_atomic
-from nlptasks.engine.trained import choose
+from nlptasks.engine.io.rundir import write_json, write_text_atomic
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
+from nlptasks.inference.backends import backend_table
+from nlptasks.inference.loading import prepare_load
+from nlptasks.inference.streaming import JsonlWriter
+from nlptasks.pipeline.assembly import assemble
 from nlptasks.pipeline.steps import library_progress_bars, load_recipe
+from nlptasks.types import LoadOptions
 
 __all__ = ["EVAL_DIR", "ERRORS", "EvalResult", "evaluate_run"]
 
@@ -60,8 +64,7 @@ def evaluate_run(
     files: Iterable[str | Path],
     overrides: Iterable[str] = (),
     output: str | Path | None = None,
-    adapter: str | None = None,
-    base_only: bool = False,
+    options: LoadOptions | None = None,
     host: Host | None = None,
     progress: bool = False,
 ) -> list[EvalResult]:
@@ -72,13 +75,17 @@ def evaluate_run(
         (``options.text_column=review``); keys that change the model are refused.
     :param output: the eval folder (default: ``<run>/eval/<timestamp>``; with several files, one
         sub-folder per file, named after it).
+    :param options: which adapter and backend score the run (``LoadOptions.adapter``, ``base_only``,
+        ``backend``); the model runs as the Trainer runs it (``train.precision``).
     """
     host = host or get_host()
     run_dir = Path(run_dir)
-    manifest = choose(read_manifest(run_dir), run_dir, adapter, base_only)
-    from nlptasks.engine.onnx_runtime import chosen_backend
-
-    chosen_backend(run_dir, manifest)  # --backend against the folder's kind, before any data is read
+    # the adapter and --backend against the folder's kind, before any data is read
+    manifest, options = prepare_load(run_dir, options or LoadOptions(), host)
+    backend = backend_table(host)[options.backend]
+    if backend.eval_module is None:
+        raise NlptasksError(f"--backend {backend.name}: this backend (plugin {backend.plugin!r}) offers no module "
+                            "for the Trainer to evaluate", hint="Evaluate the run with --backend torch (or auto).")
     files = [Path(f) for f in files]
     if not files:
         raise NlptasksError("nothing to evaluate: give --data FILE (labelled data in the run's task format)")
@@ -98,7 +105,7 @@ def evaluate_run(
     results = []
     for f in files:
         out = base if len(files) == 1 else base / _folder_name(f, files)
-        results.append(_evaluate_file(run_dir, manifest, raw, f, overrides, out, host, progress))
+        results.append(_evaluate_file(run_dir, manifest, backend, raw, f, overrides, out, host, progress))
     return results
 
 
@@ -121,8 +128,8 @@ def _folder_name(path: Path, files: list[Path]) -> str:
 
 
 def _evaluate_file(
-    run_dir: Path, manifest: dict[str, Any], raw: dict[str, Any], path: Path, overrides: list[str], out: Path,
-    host: Host, progress: bool,
+    run_dir: Path, manifest: dict[str, Any], backend: Any, raw: dict[str, Any], path: Path, overrides: list[str],
+    out: Path, host: Host, progress: bool,
 ) -> EvalResult:
     started = time.perf_counter()
     recipe = json.loads(json.dumps(raw))
@@ -138,6 +145,9 @@ def _evaluate_file(
         raise NlptasksError(f"{run_dir}: the recipe's task {loaded.task.name!r} is not the run's {manifest.get('task')!r}")
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=out)
     ctx.trained_run, ctx.trained_manifest = run_dir, manifest
+    label_fields = list(loaded.task.label_fields_for(loaded.options))
+    assert backend.eval_module is not None
+    ctx.trained_model = lambda auto_class: backend.eval_module(run_dir, manifest, auto_class, label_fields)
     from transformers import AutoTokenizer
 
     ctx.tokenizer = AutoTokenizer.from_pretrained(run_dir)
@@ -159,11 +169,6 @@ def _evaluate_file(
 def _steps(ctx: RunContext, hooks: Any, progress: bool) -> tuple[dict[str, Any], list[dict[str, Any]] | None, Any, Any, int]:
     from datasets import DatasetDict
 
-    from nlptasks.engine.evaluation import for_splits, name_splits
-    from nlptasks.engine.optimize import set_attention
-    from nlptasks.engine.ordering import order_evaluation
-    from nlptasks.engine.training import training_kwargs, use_readable_logs
-
     hooks.nlptasks_setup(ctx=ctx)  # 1
     raw = hooks.nlptasks_load_data(ctx=ctx)  # 2: the file, read as the recipe's train split was
     data = DatasetDict({TEST: raw["train"]})
@@ -173,18 +178,8 @@ def _steps(ctx: RunContext, hooks: Any, progress: bool) -> tuple[dict[str, Any],
     if TEST not in data or len(data[TEST]) == 0:
         reasons = ", ".join(f"{n} {why}" for why, n in ctx.dropped.get(TEST, {}).items()) or "none kept"
         raise NlptasksError(f"{ctx.sources[TEST]}: no example left to evaluate ({rows} rows read; dropped: {reasons})")
-    model = hooks.nlptasks_build_model(ctx=ctx)  # 5: the run's trained weights
-    if ctx.recipe.optimize.attention != "auto":
-        set_attention(model, ctx.recipe.optimize.attention)
-    compute_metrics = for_splits(ctx, hooks.nlptasks_metrics(ctx=ctx))  # 6
-    kwargs = training_kwargs(ctx, has_validation=False, has_metrics=compute_metrics is not None, progress=progress)
-    args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=kwargs)  # 7
-    collator = hooks.nlptasks_data_collator(ctx=ctx)  # 8
-    trainer = hooks.nlptasks_trainer(ctx=ctx, model=model, args=args, data=data, data_collator=collator,
-                                     compute_metrics=compute_metrics)
-    use_readable_logs(trainer, ctx, progress)
-    order_evaluation(trainer, ctx)
-    name_splits(trainer, ctx, data)
+    assembly = assemble(ctx, hooks, data, progress)  # 5: the run's trained weights; 6
+    trainer = assembly.build(assembly.kwargs)  # 7, 8, 8b: as nlptasks run builds them
     metrics = dict(hooks.nlptasks_evaluate(ctx=ctx, trainer=trainer, data=data, split=TEST))
     metrics.update(ctx.recorded.get(TEST, {}))
     errors = hooks.nlptasks_errors(ctx=ctx, split=TEST, evaluation=ctx.evaluations.get(TEST))
@@ -201,8 +196,10 @@ def _write(ctx: RunContext, run_dir: Path, result: EvalResult, errors: list[dict
         "seconds": round(result.seconds, 1),
     })
     if errors is not None:
-        text = "".join(json.dumps(e, ensure_ascii=False, default=str) + "\n" for e in errors)
-        write_text_atomic(out / ERRORS, text)
+        tmp = out / f".{ERRORS}.tmp"
+        with tmp.open("w", encoding="utf-8") as fh:
+            JsonlWriter(fh).write(errors)
+        tmp.replace(out / ERRORS)
     write_text_atomic(out / "report.md", _report(ctx, run_dir, result, sections))
 
 

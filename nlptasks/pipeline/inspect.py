@@ -1,5 +1,5 @@
 """``nlptasks inspect-batch``: steps 1 to 4 of a recipe, then the model inputs shown token by token
-(:mod:`nlptasks.engine.inspect`), with what the loss would see.
+(:mod:`nlptasks.engine.reports.inspect`), with what the loss would see.
 
 An example the loss cannot use (no token in the loss, a position outside the input) is an error
 naming its rows, and so is a split without any of the task's label columns: the command says
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nlptasks.engine.inspect import label_columns, loss_problems, show
+from nlptasks.engine.reports.inspect import label_columns, loss_problems, show
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host
 from nlptasks.pipeline.steps import prepared

@@ -1,4 +1,4 @@
-"""``nlptasks export RUN --onnx OUT``: the export (:func:`nlptasks.engine.onnx_export.export_onnx`)
+"""``nlptasks export RUN --onnx OUT``: the export (:func:`nlptasks.inference.onnx_export.export_onnx`)
 and its measurement through the task's own predictor.
 
 After exporting, the run's predictor is loaded twice, on the torch run and on the ONNX folder, and
@@ -22,10 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlptasks.engine.onnx_export import DEFAULT_OPSET, export_onnx
-from nlptasks.engine.onnx_runtime import backend_for_loading
-from nlptasks.engine.rundir import MANIFEST, write_json, write_text_atomic
-from nlptasks.pipeline.predict import load_predictor
+from nlptasks.engine.io.rundir import MANIFEST, read_manifest, write_json, write_text_atomic
+from nlptasks.inference.loading import load_predictor
+from nlptasks.inference.onnx_export import DEFAULT_OPSET, export_onnx
+from nlptasks.inference.streaming import iter_file
+from nlptasks.types import LoadOptions
 
 __all__ = ["compare_results", "export_and_measure", "measure", "test_rows"]
 
@@ -33,8 +34,6 @@ __all__ = ["compare_results", "export_and_measure", "measure", "test_rows"]
 def test_rows(manifest: dict[str, Any], limit: int) -> tuple[str | None, list[Any]]:
     """``(file, rows)``: up to ``limit`` rows of the run's test file (else validation, else train),
     as the dicts a predictor takes; ``(None, [])`` when none is a local file."""
-    from nlptasks.engine.streaming import iter_file
-
     sources = (manifest.get("data") or {}).get("sources") or {}
     for split in ("test", "validation", "train"):
         source = sources.get(split)
@@ -106,16 +105,11 @@ def compare_results(rows: list[Any], torch_results: list[dict[str, Any]], onnx_r
 def measure(run_dir: Path, out: Path, rows_limit: int = 2000) -> dict[str, Any]:
     """Compare the torch run and its ONNX export through the task's predictor on the run's test
     inputs (see the module docstring)."""
-    from nlptasks.engine.inference import precision_for_loading
-    from nlptasks.engine.rundir import read_manifest
-
     source, rows = test_rows(read_manifest(run_dir), rows_limit)
     if not rows:
         return {"inputs": 0, "note": "the run has no local test, validation or train file to measure on"}
-    with precision_for_loading("fp32"), backend_for_loading("torch"):
-        torch_predictor = load_predictor(run_dir)
-    with backend_for_loading("onnx"):
-        onnx_predictor = load_predictor(out)
+    torch_predictor = load_predictor(run_dir, LoadOptions(precision="fp32", backend="torch"))
+    onnx_predictor = load_predictor(out, LoadOptions(backend="onnx"))
     result = compare_results(rows, torch_predictor(rows), onnx_predictor(rows))
     result["file"] = source
     return result

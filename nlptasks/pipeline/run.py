@@ -1,5 +1,5 @@
 """``nlptasks run``: the ten steps in order, and the run folder they leave behind
-(:mod:`nlptasks.engine.rundir` lists its files)."""
+(:mod:`nlptasks.engine.io.rundir` lists its files)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.context import RunContext
-from nlptasks.engine.rundir import (
+from nlptasks.engine.io.rundir import (
     MANIFEST,
     mark_complete,
     run_dir_for,
@@ -29,6 +29,7 @@ from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
 from nlptasks.pipeline.steps import library_progress_bars, load_recipe, steps_1_to_4
 from nlptasks.recipe import LoadedRecipe, dump_toml
+from nlptasks.types import Usage
 
 __all__ = ["RunResult", "run", "save_run"]
 
@@ -42,6 +43,14 @@ class RunResult:
     metrics: dict[str, Any]
     seconds: float
     manifest: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
+
+    def try_command(self, shown: str | None = None) -> str:
+        """The ``nlptasks infer`` command that works for this run (the task's example input), with
+        the run folder written as ``shown``."""
+        from nlptasks.engine.reports.card import infer_command
+
+        return infer_command(shown or str(self.output_dir), self.usage or Usage())
 
 
 def run(
@@ -62,16 +71,16 @@ def run(
     """
     host = host or get_host()
     loaded = recipe if isinstance(recipe, LoadedRecipe) else load_recipe(recipe, overrides, host=host)
-    from nlptasks.engine import distributed
-    from nlptasks.engine.machine import check_machine
+    from nlptasks.engine.system import distributed
+    from nlptasks.engine.system.machine import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
-    from nlptasks.engine.preflight import check_preflight
+    from nlptasks.engine.training.preflight import check_preflight
 
     check_preflight(loaded)  # what validate checks beyond the recipe: libraries, config.json, memory
     model = loaded.recipe.model
     if model.name_or_path:  # safety switches, before the tokenizer or model load anything
-        from nlptasks.engine.modeling import check_weight_files, warn_remote_code
+        from nlptasks.engine.model.modeling import check_weight_files, warn_remote_code
 
         check_weight_files(model.name_or_path, model.allow_pickle)
         warn_remote_code(logging.getLogger("nlptasks"), model.name_or_path, model.trust_remote_code)
@@ -85,7 +94,7 @@ def run(
             return Path(run_dir), None
         if not resuming:
             return run_dir_for(loaded), None
-        from nlptasks.engine.resume import find_run, latest_checkpoint
+        from nlptasks.engine.training.resume import find_run, latest_checkpoint
 
         given = None if resume is True else Path(resume)
         found = find_run(loaded, runs_base(loaded), given)
@@ -120,16 +129,17 @@ def run(
         if io_error is None:
             raise
         raise write_error(io_error, output_dir) from None
-    return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds, manifest=manifest)
+    return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds, manifest=manifest,
+                     usage=loaded.task.usage_for(manifest))
 
 
 def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any, Any]:
     """Steps 1 to 9; returns the metrics, the trainer (whose model is saved) and the tokenized data."""
-    from nlptasks.engine.distributed import is_main, world_size
+    from nlptasks.engine.system.distributed import is_main, world_size
 
     def write_state() -> None:
         if is_main():
-            from nlptasks.engine.resume import write_run_state
+            from nlptasks.engine.training.resume import write_run_state
 
             write_run_state(ctx.output_dir, loaded)  # the recipe hash that --resume checks
             write_text_atomic(
@@ -141,43 +151,14 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     data = steps_1_to_4(ctx, hooks, after_setup=write_state)  # 1-4
     if "train" not in data or len(data["train"]) == 0:
         raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
-    model = hooks.nlptasks_build_model(ctx=ctx)  # 5
-    from nlptasks.engine.evaluation import for_splits, name_splits
-    from nlptasks.engine.optimize import prepare_model, train_with_oom_fallback
+    from nlptasks.engine.training.optimize import train_with_oom_fallback
+    from nlptasks.engine.training.throughput import throughput_figures
+    from nlptasks.pipeline.assembly import assemble
 
-    model = prepare_model(ctx, model)  # [optimize]: attention, freezing
-    if loaded.recipe.peft is not None:  # the adapter goes on the model step 5 built
-        from nlptasks.engine.peft import apply_peft
-
-        model = apply_peft(ctx, model, data)
-    compute_metrics = for_splits(ctx, hooks.nlptasks_metrics(ctx=ctx))  # 6, told which split it scores
-
-    from nlptasks.engine.ordering import order_evaluation, order_training
-    from nlptasks.engine.throughput import count_training_tokens, throughput_figures
-    from nlptasks.engine.training import guard_trainer, training_kwargs, use_readable_logs
-
-    has_validation = "validation" in data and len(data["validation"]) > 0
-    kwargs = training_kwargs(ctx, has_validation, compute_metrics is not None, progress=progress)
-    collators: list[Any] = []
-    counted: list[dict[str, int]] = []  # the tokens each built trainer trained on (the last one's count)
-
-    def build(kwargs: dict[str, Any]) -> Any:  # steps 7, 8 and 8b (7 and 8b again after an OOM fallback)
-        args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=dict(kwargs))  # 7
-        if not collators:
-            collators.append(hooks.nlptasks_data_collator(ctx=ctx))  # 8
-        trainer = hooks.nlptasks_trainer(  # 8b
-            ctx=ctx, model=model, args=args, data=data, data_collator=collators[0], compute_metrics=compute_metrics
-        )
-        use_readable_logs(trainer, ctx, progress)
-        guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
-        counted.append(count_training_tokens(trainer))  # tokens/s, padding fraction, MFU
-        order_training(trainer, ctx)  # length-grouped epochs drawn from seed and epoch: --resume replays them
-        order_evaluation(trainer, ctx)  # length-sorted evaluation batches, results in data order
-        name_splits(trainer, ctx, data)  # ctx.evaluating names the split around evaluate/predict
-        return trainer
-
+    assembly = assemble(ctx, hooks, data, progress)  # 5-6 now, 7-8b in assembly.build
     metrics, trainer = train_with_oom_fallback(  # 9
-        ctx, build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data), kwargs, world_size()
+        ctx, assembly.build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data),
+        assembly.kwargs, world_size(),
     )
     if getattr(getattr(trainer, "state", None), "global_step", 1) == 0:
         raise NlptasksError(
@@ -189,7 +170,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         )
     train = metrics.setdefault("train", {})
     precision = ctx.manifest.get("precision", "fp32")
-    train.update(throughput_figures(counted[-1], train.get("runtime"), trainer.model, precision))
+    train.update(throughput_figures(assembly.counted[-1], train.get("runtime"), trainer.model, precision))
     for split, figures in ctx.recorded.items():  # what the task measured outside evaluation
         if split == "train" or split in metrics:
             metrics.setdefault(split, {}).update(figures)
@@ -208,7 +189,7 @@ def save_run(
     can always be resumed (``nlptasks run --resume``).  In a distributed run every rank takes part
     in saving the model; rank 0 writes the rest.
     """
-    from nlptasks.engine.distributed import barrier, is_main
+    from nlptasks.engine.system.distributed import barrier, is_main
 
     out = ctx.output_dir
     trainer.save_model(str(out))  # model (safetensors) and, through processing_class, the tokenizer
@@ -220,7 +201,7 @@ def save_run(
         ctx.tokenizer.save_pretrained(str(out))
     if ctx.labels is not None:
         write_json(out / "labels.json", ctx.labels)
-    from nlptasks.engine.report import LOG_HISTORY, peak_memory
+    from nlptasks.engine.reports.card import LOG_HISTORY, peak_memory
 
     full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1), "resources": peak_memory()}
     write_json(out / "metrics.json", full_metrics)
@@ -238,15 +219,16 @@ def save_run(
 def write_report(ctx: RunContext, hooks: Any, trainer: Any, data: Any, loaded: LoadedRecipe) -> None:
     """The model card ``README.md`` and ``training_curves.png``, with the task's own sections from
     the ``nlptasks_report`` hook and its :class:`~nlptasks.types.Usage` (see
-    :mod:`nlptasks.engine.report`)."""
-    from nlptasks.engine import report
-    from nlptasks.engine.distributed import world_size
+    :mod:`nlptasks.engine.reports.card`)."""
+    from nlptasks.engine.reports import card as report
+    from nlptasks.engine.reports.figures import write_curves
+    from nlptasks.engine.system.distributed import world_size
 
     out = ctx.output_dir
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     history = json.loads((out / report.LOG_HISTORY).read_text(encoding="utf-8"))
-    curves = report.write_curves(history, out / report.CURVES, ctx.task.best_metric_for(ctx.options))
+    curves = write_curves(history, out / report.CURVES, ctx.task.best_metric_for(ctx.options))
     sections = []
     if world_size() == 1:  # a hook may call trainer.predict, a collective step that rank 0 cannot take alone
         sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data, metrics=metrics)
@@ -273,7 +255,7 @@ def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str,
         if info.tasks and ctx.task.name not in info.tasks:
             continue  # other task plugins took no part
         plugins.append({"name": info.name, "dist": info.dist, "version": info.version})
-    from nlptasks.engine.report import tokenizer_settings
+    from nlptasks.engine.reports.card import tokenizer_settings
 
     return {
         "task": ctx.task.name,

@@ -7,6 +7,7 @@ with the process's plugin host.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -87,5 +88,10 @@ def prepared(loaded: LoadedRecipe, host: Host | None = None, until: int = 4) -> 
     """``with prepared(loaded) as (ctx, data):`` steps 1 to ``until`` in a throw-away folder (no
     model, no training), removed when the block ends."""
     host = host or get_host()
+    model = loaded.recipe.model
+    if model.name_or_path and model.trust_remote_code:  # the tokenizer runs remote code too, when allowed
+        from nlptasks.engine.model.modeling import warn_remote_code
+
+        warn_remote_code(logging.getLogger("nlptasks"), model.name_or_path, True)
     with scratch_context(loaded) as ctx, library_progress_bars(False):
         yield ctx, steps_1_to_4(ctx, host.hooks_for(loaded.task), until)

@@ -15,9 +15,9 @@ The ladder is the classic sequence of memory savings, each rung adding one to th
 The estimate needs the exact parameters of the model the recipe trains, without its weights:
 steps 1 to 4 run as in ``nlptasks inspect-batch`` (the task plugin decides the head, e.g. the
 number of labels), then step 5 builds the model on PyTorch's ``meta`` device (shapes only; a
-pretrained model from its config.json alone, see :data:`nlptasks.engine.modeling.ON_META`), and
+pretrained model from its config.json alone, see :data:`nlptasks.engine.model.modeling.ON_META`), and
 each rung's freezing and adapter are applied to a copy of it with the engine's own code
-(:func:`nlptasks.engine.optimize.prepare_model`, peft).  The formulas are in docs/plan.md.
+(:func:`nlptasks.engine.training.optimize.prepare_model`, peft).  The formulas are in docs/plan.md.
 
 The engine knows no task by name: everything here reads the model, never the task.
 

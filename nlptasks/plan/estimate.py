@@ -82,7 +82,7 @@ def model_shape(model: Any, head_per_token: bool = True) -> ModelShape:
     :param head_per_token: whether the task head reads every token (token labels, language
         models) or one vector per sequence (the task's peft task type says which: SEQ_CLS).
     """
-    from nlptasks.engine.optimize import transformer_layers
+    from nlptasks.engine.training.optimize import transformer_layers
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = base.config
@@ -170,10 +170,10 @@ class Settings:
 
 def resolved_precision(precision: str, device: str, pretrained: bool = True) -> str:
     """``train.precision`` as it would resolve on ``device`` (``auto``: the engine's
-    :func:`nlptasks.engine.training.auto_precision`)."""
+    :func:`nlptasks.engine.training.trainer.auto_precision`)."""
     if precision != "auto":
         return precision
-    from nlptasks.engine.training import auto_precision
+    from nlptasks.engine.training.trainer import auto_precision
 
     return auto_precision(device, pretrained)
 
@@ -181,7 +181,7 @@ def resolved_precision(precision: str, device: str, pretrained: bool = True) -> 
 def settings_of(recipe: Recipe, device: str, nproc: int = 1) -> Settings:
     """The estimate's settings of ``recipe`` on ``device``, run on ``nproc`` processes (with
     ``train.extra.fsdp`` FSDP shards over them; plain DDP keeps a full copy on every rank)."""
-    from nlptasks.engine.optimize import resolve_optimizer
+    from nlptasks.engine.training.optimize import resolve_optimizer
 
     opt = recipe.optimize
     peft = recipe.peft

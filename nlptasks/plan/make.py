@@ -60,7 +60,7 @@ class Plan:
 
 def _needs(recipe: Recipe, cuda: bool, bitsandbytes: bool) -> str:
     """Why a rung cannot run on the target machine, shortly ("" when it can)."""
-    from nlptasks.engine.machine import machine_problems
+    from nlptasks.engine.system.machine import machine_problems
 
     problems = machine_problems(recipe, cuda=cuda, bitsandbytes=bitsandbytes)
     reasons: list[str] = []
@@ -80,12 +80,12 @@ def _needs(recipe: Recipe, cuda: bool, bitsandbytes: bool) -> str:
 def meta_model(ctx: Any, host: Host, loaded: LoadedRecipe) -> Any:
     """Step 5 of the recipe on the meta device, after steps 1 to 4 prepared ``ctx``.
 
-    A plugin that builds its model without :func:`~nlptasks.engine.modeling.load_model` still
+    A plugin that builds its model without :func:`~nlptasks.engine.model.modeling.load_model` still
     builds it inside ``torch.device("meta")``.
     """
     import torch
 
-    from nlptasks.engine.modeling import ON_META
+    from nlptasks.engine.model.modeling import ON_META
 
     ctx.state[ON_META] = True
     hooks = host.hooks_for(loaded.task)
@@ -101,7 +101,7 @@ def rung_model(ctx: Any, base: Any, loaded: LoadedRecipe) -> Any:
     engine's own code (``prepare_model``; peft's ``get_peft_model`` with the run's config)."""
     import logging
 
-    from nlptasks.engine.optimize import prepare_model
+    from nlptasks.engine.training.optimize import prepare_model
 
     model = copy.deepcopy(base)
     ctx.recipe, ctx.options = loaded.recipe, loaded.options
@@ -115,7 +115,7 @@ def rung_model(ctx: Any, base: Any, loaded: LoadedRecipe) -> Any:
     if peft is not None:
         from peft import get_peft_model
 
-        from nlptasks.engine.peft import peft_config, quiet_peft
+        from nlptasks.engine.model.peft import peft_config, quiet_peft
 
         task_type = loaded.task.peft_task_type_for(loaded.options)
         with quiet_peft():

@@ -15,11 +15,11 @@ from pydantic import BaseModel
 
 from nlptasks.errors import Problem
 from nlptasks.peft_support import METHODS
+from nlptasks.recipe.arguments import optimize_conflicts, shadowed_by
 from nlptasks.recipe.schema import PEFT_METHOD_KEYS, PeftConfig, Recipe
 from nlptasks.types import TaskSpec
 
 __all__ = [
-    "EXTRA_SHADOWS",
     "FREEZE_KEYS",
     "QUANT_4BIT_KEYS",
     "SCRATCH_EXTRA_SHADOWS",
@@ -181,43 +181,8 @@ def combination_problems(recipe: Recipe) -> list[Problem]:
     extra = recipe.train.extra
     if extra.get("fp16") is True and extra.get("bf16") is True:
         problems.append(Problem("train.extra", "sets both fp16 and bf16; choose one with train.precision instead"))
+    problems += optimize_conflicts(recipe.optimize, extra)
     return problems
-
-
-EXTRA_SHADOWS: dict[str, str] = {
-    "num_train_epochs": "train.epochs",
-    "max_steps": "train.max_steps",
-    "per_device_train_batch_size": "train.batch_size",
-    "per_device_eval_batch_size": "train.eval_batch_size",
-    "learning_rate": "train.learning_rate",
-    "weight_decay": "train.weight_decay",
-    "warmup_steps": "train.warmup",
-    "warmup_ratio": "train.warmup",
-    "lr_scheduler_type": "train.scheduler",
-    "gradient_accumulation_steps": "train.gradient_accumulation_steps",
-    "eval_strategy": "train.eval_strategy",
-    "evaluation_strategy": "train.eval_strategy",
-    "eval_steps": "train.eval_steps",
-    "logging_steps": "train.logging_steps",
-    "load_best_model_at_end": "train.keep_best",
-    "metric_for_best_model": "train.best_metric",
-    "bf16": "train.precision",
-    "fp16": "train.precision",
-    "report_to": "train.report_to",
-    "train_sampling_strategy": "train.group_by_length",
-    "group_by_length": "train.group_by_length",
-    "seed": "seed",
-    "output_dir": "output.dir",
-    "save_steps": "output.checkpoint_steps",
-    "save_total_limit": "output.checkpoint_limit",
-    "save_strategy": "train.keep_best (saves at each evaluation) and output.checkpoint_steps",
-    "save_only_model": "output.checkpoint_steps (resumable checkpoints when set)",
-    "greater_is_better": "train.best_metric (the task says which way each metric is better)",
-    "logging_nan_inf_filter": "nlptasks (off: a NaN loss must show)",
-    "disable_tqdm": "--no-progress",
-}
-"""``TrainingArguments`` keys that a key of the recipe sets: in ``train.extra`` they would override
-it without a word (``num_train_epochs = -1`` trained nothing; ``learning_rate`` escaped its bounds)."""
 
 
 SCRATCH_EXTRA_SHADOWS: dict[str, str] = {
@@ -239,15 +204,15 @@ def extra_problems(raw: dict[str, Any]) -> list[Problem]:
     model = raw.get("model")
     scratch = model.get("scratch") if isinstance(model, dict) else None
     tables = [
-        ("train.extra", train.get("extra") if isinstance(train, dict) else None, EXTRA_SHADOWS,
+        ("train.extra", train.get("extra") if isinstance(train, dict) else None, shadowed_by,
          "train.extra is for the TrainingArguments the recipe has no key for"),
-        ("model.scratch.extra", scratch.get("extra") if isinstance(scratch, dict) else None, SCRATCH_EXTRA_SHADOWS,
+        ("model.scratch.extra", scratch.get("extra") if isinstance(scratch, dict) else None, SCRATCH_EXTRA_SHADOWS.get,
          "model.scratch.extra is for the config values the recipe has no key for"),
     ]
     return [
-        Problem(f"{where}.{key}", f"is set by {shadows[key]}: set it there ({purpose})")
-        for where, extra, shadows, purpose in tables if isinstance(extra, dict)
-        for key in extra if key in shadows
+        Problem(f"{where}.{key}", f"is set by {source}: set it there ({purpose})")
+        for where, extra, shadow, purpose in tables if isinstance(extra, dict)
+        for key in extra if (source := shadow(key))
     ]
 
 

@@ -349,7 +349,7 @@ class TrainConfig(Section):
 
 OptimizerName = Literal["auto", "adamw_torch", "adamw_torch_fused", "adafactor", "adamw_8bit"]
 
-# [optimize] values that need a CUDA GPU (checked at run start, see nlptasks.engine.optimize).
+# [optimize] values that need a CUDA GPU (checked at run start, see nlptasks.engine.training.optimize).
 CUDA_ONLY_OPTIMIZERS = ("adamw_8bit",)
 
 

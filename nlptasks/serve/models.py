@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.errors import NlptasksError
+from nlptasks.types import LoadOptions
 from nlptasks.serve.state import ServedModel
 
 __all__ = ["NAME", "check_runs", "load_models", "model_names"]
@@ -49,7 +50,7 @@ def model_names(run_dirs: Sequence[Path], names: Sequence[str] | None = None) ->
 
 def check_runs(run_dirs: Sequence[Path]) -> list[dict[str, Any]]:
     """Each run's manifest, after checking it is a complete run (what ``nlptasks infer`` requires)."""
-    from nlptasks.engine.rundir import read_manifest
+    from nlptasks.inference.loading import read_manifest
 
     manifests = []
     for run_dir in run_dirs:
@@ -60,26 +61,22 @@ def check_runs(run_dirs: Sequence[Path]) -> list[dict[str, Any]]:
     return manifests
 
 
-def load_models(run_dirs: Sequence[Path], names: Sequence[str] | None = None, adapter: str | None = None,
-                precision: str = "auto", batch_size: int | None = None) -> dict[str, ServedModel]:
-    """Check, then load every run's predictor (step 10, as ``nlptasks infer`` does).
+def load_models(run_dirs: Sequence[Path], names: Sequence[str] | None = None,
+                options: LoadOptions | None = None) -> dict[str, ServedModel]:
+    """Check, then load every run's predictor (step 10, as ``nlptasks infer`` does), each with the
+    same :class:`~nlptasks.types.LoadOptions` (``options.batch_size``: the server's largest batch,
+    so a gathered batch is one forward pass).  Every run is checked against the options (adapter,
+    backend, precision) before any weights load."""
+    from nlptasks.inference.loading import load_predictor, prepare_load
 
-    :param adapter: for runs trained with ``[peft]``: the adapter to use (``infer --adapter``).
-    :param precision: ``auto``, ``fp32`` or ``bf16`` (``infer --precision``).
-    :param batch_size: set as each predictor's ``batch_size`` (the server's largest batch, so a
-        gathered batch is one forward pass); ``None``: the predictor's own.
-    """
-    from nlptasks.engine.inference import precision_for_loading
-    from nlptasks.pipeline import load_predictor
-
+    options = options or LoadOptions()
     run_dirs = [Path(r) for r in run_dirs]
     chosen = model_names(run_dirs, names)
     manifests = check_runs(run_dirs)
+    for run_dir in run_dirs:
+        prepare_load(run_dir, options)
     models: dict[str, ServedModel] = {}
     for name, run_dir, manifest in zip(chosen, run_dirs, manifests, strict=True):
-        with precision_for_loading(precision):
-            predictor = load_predictor(run_dir, adapter=adapter)
-        if batch_size is not None and hasattr(predictor, "batch_size"):
-            predictor.batch_size = batch_size
+        predictor = load_predictor(run_dir, options)
         models[name] = ServedModel(name=name, run_dir=run_dir, manifest=manifest, predictor=predictor)
     return models

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nlptasks.engine.rundir import runs_base
+from nlptasks.engine.io.rundir import runs_base
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host
 from nlptasks.pipeline import get_host, load_recipe

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    LoadOptions,
     ROW_COLUMN,
     DataError,
     Evaluation,
@@ -269,11 +270,11 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
 class ClsPredictor:
     """Texts (or rows with the text column) → ``{"text", "label", "score"}``, batched."""
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification")
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification", options)
         self.text_column = manifest.get("text_column") or manifest.get("options", {}).get("text_column", "text")
-        self.max_length = manifest.get("max_length")
-        self.batch_size = batch_size
+        self.max_length = options.max_length or manifest.get("max_length")
+        self.batch_size = options.batch_size or 32
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
@@ -287,7 +288,7 @@ class ClsPredictor:
 
 
 @hookimpl
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Any:
     if manifest.get("task") != "cls":
         return None
-    return ClsPredictor(run_dir, manifest)
+    return ClsPredictor(run_dir, manifest, options)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.plugin import (
+    LoadOptions,
     UNKNOWN_LABEL,
     ROW_COLUMN,
     DataError,
@@ -436,9 +437,9 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
 
 
 @hookimpl
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Any:
     if manifest.get("task") != "ner":
         return None
     from .predict import NerPredictor
 
-    return NerPredictor(run_dir, manifest)
+    return NerPredictor(run_dir, manifest, options)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from nlptasks.plugin import DataError, NlptasksError, input_texts, load_run, predict_per_token
+from nlptasks.plugin import DataError, LoadOptions, NlptasksError, input_texts, load_run, predict_per_token
 
 from .align import encode, merge
 from .data import iter_conll, iter_conll_lines, write_conll
@@ -39,13 +39,13 @@ class NerPredictor:
     formats = {"conll": "CoNLL: token (first column) per line, blank line between sentences; "
                         "writes token and predicted tag per line"}
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForTokenClassification")
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForTokenClassification", options)
         settings = manifest.get("ner", {})
-        self.max_length = int(manifest.get("max_length") or 128)
+        self.max_length = options.max_length or int(manifest.get("max_length") or 128)
         self.stride = int(settings.get("stride", 16))
         self.word_split = settings.get("word_split", "whitespace")
-        self.batch_size = batch_size
+        self.batch_size = options.batch_size or 32
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
     # -- inputs ---------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nlptasks.plugin import (
+    LoadOptions,
     ROW_COLUMN,
     Evaluation,
     Finding,
@@ -419,11 +420,11 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
 
 
 @hookimpl
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Any:
     if manifest.get("task") != "pair":
         return None
     from .predict import BiEncoderPredictor, CrossEncoderPredictor
 
     if manifest.get("mode") == "bi":
-        return BiEncoderPredictor(run_dir, manifest)
-    return CrossEncoderPredictor(run_dir, manifest)
+        return BiEncoderPredictor(run_dir, manifest, options)
+    return CrossEncoderPredictor(run_dir, manifest, options)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlptasks.plugin import DataError, input_fields, input_texts, load_run, predict_logits, softmax
+from nlptasks.plugin import DataError, LoadOptions, input_fields, input_texts, load_run, predict_logits, softmax
 
 
 def as_pairs(inputs: list[Any], col_a: str, col_b: str) -> list[tuple[str, str]]:
@@ -22,12 +22,12 @@ def as_pairs(inputs: list[Any], col_a: str, col_b: str) -> list[tuple[str, str]]
 class CrossEncoderPredictor:
     """Pairs → ``{"text_a", "text_b", "label", "score"}`` (classes) or ``{..., "score"}`` (scores)."""
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification")
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification", options)
         self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
         self.scores = manifest.get("label_type") == "score"
-        self.max_length = manifest.get("max_length")
-        self.batch_size = batch_size
+        self.max_length = options.max_length or manifest.get("max_length")
+        self.batch_size = options.batch_size or 32
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
@@ -51,14 +51,14 @@ class BiEncoderPredictor:
     cosine similarity reaches it, else the first.
     """
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModel")
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModel", options)
         self.columns = (manifest.get("text_a_column", "text_a"), manifest.get("text_b_column", "text_b"))
         self.pooling = manifest.get("pooling", "mean")
         self.threshold = manifest.get("threshold")
         self.labels = manifest.get("labels")
-        self.max_length = manifest.get("max_length")
-        self.batch_size = batch_size
+        self.max_length = options.max_length or manifest.get("max_length")
+        self.batch_size = options.batch_size or 32
 
     def embed(self, texts: list[str], progress: bool = False) -> Any:
         """L2-normalised embeddings (NumPy, one row per text, input order); the texts are tokenized

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    LoadOptions,
     ROW_COLUMN,
     VIRTUAL_TOKEN_METHODS,
     DataError,
@@ -429,9 +430,9 @@ def nlptasks_train(ctx: RunContext, trainer: Any, data: Any) -> Any:
 
 
 @hookimpl
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Any:
     if manifest.get("task") != "sft":
         return None
     from .predict import SftPredictor
 
-    return SftPredictor(run_dir, manifest)
+    return SftPredictor(run_dir, manifest, options)

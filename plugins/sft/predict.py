@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlptasks.plugin import DataError, load_run
+from nlptasks.plugin import DataError, LoadOptions, load_run
 
 from .generate import ChatMixin
 
@@ -17,20 +17,20 @@ class SftPredictor(ChatMixin):
     """Prompts (strings, alpaca rows or chat rows) → ``{"prompt", "response"}``, batched; ``chat``
     streams one conversation's reply (:class:`.generate.ChatMixin`)."""
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 16) -> None:
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
         from . import SftOptions
         from .generate import GenerationSettings
         from .templates import stop_token_ids
 
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForCausalLM")
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForCausalLM", options)
         if not getattr(self.tokenizer, "chat_template", None):
             raise DataError(f"{run_dir}: the run's tokenizer has no chat template (not an sft run?)")
         self.model.config.use_cache = True
         self.manifest = manifest
         self.options = SftOptions.model_validate(manifest.get("options", {}))
         self.stop_ids = stop_token_ids(self.tokenizer, manifest.get("stop_tokens", []))
-        self.max_length = manifest.get("max_length")
-        self.batch_size = batch_size
+        self.max_length = options.max_length or manifest.get("max_length")
+        self.batch_size = options.batch_size or 16
         self.settings = GenerationSettings()
 
     def configure_generation(self, max_new_tokens: int | None = None, temperature: float | None = None,

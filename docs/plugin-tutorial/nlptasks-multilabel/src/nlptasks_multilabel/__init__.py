@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    LoadOptions,
     UNKNOWN_LABEL,
     DataError,
     Evaluation,
@@ -311,15 +312,15 @@ class MultilabelPredictor:
     every label's probability.
     """
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
         # the run's tokenizer and model: a fine-tuned model, or for a run with [peft] its base with
         # the adapter (the one `nlptasks infer --adapter NAME` chooses)
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification")
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification", options)
         options = manifest.get("options", {})
         self.text_column = manifest.get("text_column") or options.get("text_column", "text")
         self.threshold = float(manifest.get("threshold", options.get("threshold", 0.5)))
-        self.max_length = manifest.get("max_length")
-        self.batch_size = batch_size
+        self.max_length = options.max_length or manifest.get("max_length")
+        self.batch_size = options.batch_size or 32
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
@@ -339,7 +340,7 @@ class MultilabelPredictor:
 
 
 @hookimpl
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Any:
     if manifest.get("task") != TASK:
         return None
-    return MultilabelPredictor(run_dir, manifest)
+    return MultilabelPredictor(run_dir, manifest, options)

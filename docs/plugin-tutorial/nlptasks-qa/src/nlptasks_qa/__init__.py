@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    LoadOptions,
     Evaluation,
     Finding,
     NlptasksError,
@@ -276,14 +277,14 @@ class QaPredictor:
     window (``answer`` is ``""`` when no window proposes a span).
     """
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 32) -> None:
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
         # the run's tokenizer and model: fine-tuned, or for a run with [peft] the base and adapter
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForQuestionAnswering")
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForQuestionAnswering", options)
         self.columns = (manifest.get("question_column", "question"), manifest.get("context_column", "context"))
-        self.max_length = int(manifest.get("max_length") or 384)
+        self.max_length = options.max_length or int(manifest.get("max_length") or 384)
         self.stride = int(manifest.get("stride", 32))
         self.max_answer_tokens = int(manifest.get("max_answer_tokens", 30))
-        self.batch_size = batch_size
+        self.batch_size = options.batch_size or 32
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
         import numpy as np
@@ -310,7 +311,7 @@ class QaPredictor:
 
 
 @hookimpl
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Any:
     if manifest.get("task") != TASK:
         return None
-    return QaPredictor(run_dir, manifest)
+    return QaPredictor(run_dir, manifest, options)

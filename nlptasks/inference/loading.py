@@ -1,0 +1,66 @@
+"""Step 10 through the plugin host: the predictor of a complete run, from the plugin that owns its
+task, loaded with explicit :class:`~nlptasks.types.LoadOptions` (what ``nlptasks infer``,
+``serve``, ``export`` and ``nlptasks.load`` use)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from nlptasks.engine.io.rundir import latest_run, read_manifest
+from nlptasks.host import Host, get_host
+from nlptasks.inference.backends import backend_for
+from nlptasks.inference.runs import LEGACY_OPTIONS, choose
+from nlptasks.types import LoadOptions
+
+__all__ = ["latest_run", "load_predictor", "prepare_load", "read_manifest"]
+
+
+def prepare_load(run_dir: Path, options: LoadOptions, host: Host | None = None) -> tuple[dict[str, Any], LoadOptions]:
+    """``(manifest, options)`` for loading ``run_dir``: the manifest with the adapter chosen, the
+    options with the backend chosen for the folder.  Every refusal (an unknown adapter, a backend
+    that cannot load the folder, bf16 where there is none) comes from here, before any weights load."""
+    run_dir = Path(run_dir)
+    manifest = choose(read_manifest(run_dir), run_dir, options.adapter, options.base_only)
+    backend = backend_for(run_dir, manifest, options, host)
+    return manifest, options.but(backend=backend.name)
+
+
+def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host | None = None) -> Any:
+    """Step 10: the predictor of a complete run, from the plugin that owns its task.
+
+    :param options: how to load and run it (default: ``LoadOptions()``, everything ``auto``).
+    An implementation of the older hook form ``nlptasks_load_predictor(run_dir, manifest)`` still
+    works, with a ``DeprecationWarning``: its ``load_run`` finds the options in the manifest, and
+    ``batch_size`` / ``max_length`` are set as attributes of its predictor.
+    """
+    host = host or get_host()
+    run_dir = Path(run_dir)
+    options = options or LoadOptions()
+    manifest, options = prepare_load(run_dir, options, host)
+    task = host.task(manifest.get("task", "?"))
+    hook = host.hooks_for(task).nlptasks_load_predictor
+    legacy = _legacy_implementations(hook)
+    if legacy:
+        warnings.warn(
+            f"nlptasks_load_predictor(run_dir, manifest) in plugin {', '.join(legacy)}: the hook now takes "
+            "(run_dir, manifest, options); pass options to load_run(run_dir, manifest, auto_class, options)",
+            DeprecationWarning, stacklevel=2,
+        )
+        manifest = {**manifest, LEGACY_OPTIONS: options}
+    predictor = hook(run_dir=run_dir, manifest=manifest, options=options)
+    if legacy:
+        for name in ("batch_size", "max_length"):
+            value = getattr(options, name)
+            if value is not None and hasattr(predictor, name):
+                setattr(predictor, name, value)
+    return predictor
+
+
+def _legacy_implementations(hook: Any) -> list[str]:
+    """Plugins whose ``nlptasks_load_predictor`` makes predictors without ``options`` (the
+    two-argument form; a wrapper around the step sees what it asks for and needs none)."""
+    impls = hook.get_hookimpls() if hasattr(hook, "get_hookimpls") else []
+    return [impl.plugin_name for impl in impls if "options" not in impl.argnames and impl.plugin_name != "nlptasks.engine"
+            and not (impl.hookwrapper or getattr(impl, "wrapper", False))]

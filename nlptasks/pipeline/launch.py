@@ -1,0 +1,27 @@
+"""``nlptasks run --nproc N [--nnodes M ...]``: the same command again under torchrun, one process
+per device (or CPU process with gloo), on one machine or several; and which process this is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from nlptasks.engine.system.distributed import is_main, launcher_args, torchrun_command
+from nlptasks.errors import NlptasksError
+
+__all__ = ["is_main", "launch"]
+
+
+def launch(nproc: int, argv: list[str], nnodes: int = 1, endpoint: str | None = None, node_rank: int | None = None,
+           rdzv_id: str = "nlptasks") -> int:
+    """Start ``nlptasks run`` (``argv`` without ``--nproc``) under torchrun with ``nproc`` processes
+    per machine; returns torchrun's exit status."""
+    if nproc < 1:
+        raise NlptasksError(f"--nproc: {nproc} processes; give 1 or more")
+    if "WORLD_SIZE" in os.environ:
+        raise NlptasksError("--nproc: already inside a distributed launcher (WORLD_SIZE is set); drop --nproc")
+    launcher = launcher_args(nproc, nnodes, endpoint, node_rank, rdzv_id)
+    command = torchrun_command(nproc, argv, launcher)
+    print("launch: " + " ".join(command[1:]), file=sys.stderr)
+    return subprocess.call(command)

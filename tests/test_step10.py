@@ -1,0 +1,243 @@
+"""Step 10 as a contract: every load carries its own :class:`nlptasks.LoadOptions` (no process-wide
+switch decides how a model is loaded or run), backends come from one table that plugins extend,
+and predictors written for the older two-argument hook still work, with a warning."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from conftest import RECIPES, TINY
+from nlptasks.hookspecs import hookimpl
+
+TEXTS = ["这家酒店服务很好，房间也干净", "太差了，再也不来", "还行吧", "早餐很丰富，位置方便", "房间有异味，隔音差"]
+
+
+@pytest.fixture(scope="module")
+def cls_run(tmp_path_factory) -> Path:
+    from nlptasks.testing import run_recipe
+
+    folder = tmp_path_factory.mktemp("step10")
+    return run_recipe(RECIPES / "cls.toml", *TINY, "train.epochs=1", "data.max_train_rows=300", folder=folder).output_dir
+
+
+@pytest.fixture(scope="module")
+def onnx_export(cls_run) -> Path:
+    pytest.importorskip("onnxruntime")
+    from nlptasks.testing import run_cli
+
+    out = cls_run.parent / "exported"
+    code, _, err = run_cli("export", cls_run, "--onnx", out, "--check-rows", "0")
+    assert code == 0, err
+    return out
+
+
+def answers(predictor, texts=TEXTS) -> list[dict]:
+    return predictor(list(texts))
+
+
+# -- explicit options, no process-wide state -------------------------------------------------------
+
+
+def test_load_options_are_checked_where_they_are_made():
+    from nlptasks import LoadOptions, NlptasksError
+
+    for bad, message in ((dict(precision="fp64"), "precision 'fp64'"), (dict(batch_size=0), "batch_size 0"),
+                         (dict(max_length=4), "max_length 4"), (dict(device="tpu"), "device 'tpu'"),
+                         (dict(adapter="a", base_only=True), "not both"), (dict(threads=True), "threads True")):
+        with pytest.raises(NlptasksError, match=message):
+            LoadOptions(**bad)
+    assert LoadOptions().but(backend="onnx").backend == "onnx"
+    with pytest.raises(NlptasksError, match="precision"):
+        LoadOptions().but(precision="int4")
+
+
+def test_one_run_loaded_twice_with_different_options_answers_as_each_alone(cls_run, onnx_export):
+    """torch fp32 and the ONNX export, and (where the CPU has it) bf16, in one process, in either
+    order: each predictor answers exactly as it does when it is the only one loaded."""
+    import nlptasks
+    from nlptasks.inference import precision
+
+    alone = {"torch": answers(nlptasks.load(cls_run)), "onnx": answers(nlptasks.load(onnx_export))}
+    if precision.cpu_has_bf16():
+        alone["bf16"] = answers(nlptasks.load(cls_run, precision="bf16"))
+    loaded = {"onnx": nlptasks.load(onnx_export), "torch": nlptasks.load(cls_run)}
+    if "bf16" in alone:
+        loaded["bf16"] = nlptasks.load(cls_run, precision="bf16")
+    for name, predictor in reversed(list(loaded.items())):
+        assert answers(predictor) == alone[name], name
+    assert type(loaded["onnx"].model).__name__ == "OnnxModel"
+    assert type(nlptasks.load(cls_run).model).__name__ != "OnnxModel"  # auto: torch for the torch run again
+    if "bf16" in alone:
+        import torch
+
+        assert loaded["bf16"].model.dtype == torch.bfloat16 and loaded["torch"].model.dtype == torch.float32
+        assert nlptasks.load(cls_run).model.dtype == torch.float32  # the bf16 load left nothing behind
+
+
+def test_the_cli_leaves_no_setting_behind(cls_run):
+    """`nlptasks infer --precision/--backend` in a process decides that call only (it used to leave
+    the precision changed for every later load)."""
+    import nlptasks
+    from nlptasks.inference import precision
+    from nlptasks.testing import run_cli
+
+    before = answers(nlptasks.load(cls_run))
+    flags = ["--precision", "bf16"] if precision.cpu_has_bf16() else ["--precision", "fp32"]
+    code, _, err = run_cli("infer", "--model", cls_run, *flags, "--backend", "torch", TEXTS[0])
+    assert code == 0, err
+    assert answers(nlptasks.load(cls_run)) == before
+
+
+def test_options_reach_the_predictor(cls_run):
+    import nlptasks
+
+    predictor = nlptasks.load(cls_run, batch_size=3, max_length=16)
+    assert (predictor.batch_size, predictor.max_length) == (3, 16)
+    assert nlptasks.load(cls_run).batch_size == 32  # the predictor's own default again
+    with pytest.raises(nlptasks.NlptasksError, match="positions for"):
+        nlptasks.load(cls_run, max_length=100_000)
+
+
+def test_a_server_holds_a_torch_run_and_an_onnx_export_at_once(cls_run, onnx_export):
+    """`nlptasks serve RUN EXPORT`: each folder through its own backend (auto), in one process."""
+    import nlptasks
+    from nlptasks.serve.models import load_models
+
+    models = load_models([cls_run, onnx_export], ["t", "o"])
+    assert type(models["o"].predictor.model).__name__ == "OnnxModel"
+    assert type(models["t"].predictor.model).__name__ != "OnnxModel"
+    assert answers(models["t"].predictor) == answers(nlptasks.load(cls_run))
+    assert answers(models["o"].predictor) == answers(nlptasks.load(onnx_export))
+
+
+def test_a_backend_that_cannot_load_a_folder_says_what_to_use(cls_run, onnx_export):
+    import nlptasks
+
+    with pytest.raises(nlptasks.NlptasksError, match="is a onnx export") as caught:
+        nlptasks.load(onnx_export, backend="torch")
+    assert "nlptasks infer --model" in caught.value.hint
+    with pytest.raises(nlptasks.NlptasksError, match="has no model.onnx"):
+        nlptasks.load(cls_run, backend="onnx")
+    with pytest.raises(nlptasks.NlptasksError, match=r"no such backend \(did you mean 'onnx'\?\); backends: auto, torch, onnx"):
+        nlptasks.load(cls_run, backend="onx")
+    with pytest.raises(nlptasks.NlptasksError, match="bf16 applies to the torch backend"):
+        nlptasks.load(onnx_export, precision="bf16")
+
+
+# -- a backend from a plugin -------------------------------------------------------------------------
+
+
+class Float64Backend:
+    """A third-party backend: the run's torch weights in float64, through the public API alone."""
+
+    def __init__(self) -> None:
+        self.loads: list[str] = []
+
+    @hookimpl
+    def register_backends(self, register):
+        from nlptasks.plugin import Backend, load_trained_model
+
+        def load(run_dir, manifest, auto_class, options):
+            self.loads.append(options.backend)
+            return load_trained_model(run_dir, manifest, auto_class, options.but(backend="torch")).double()
+
+        def refuses(run_dir, manifest, options):
+            return "float64 runs on the CPU only" if options.device.startswith("cuda") else None
+
+        register(Backend(name="fp64", description="torch weights in float64", load_model=load, refuses=refuses))
+
+
+def test_a_plugin_adds_a_backend_that_infer_load_and_serve_use(cls_run, capsys):
+    import torch
+
+    from nlptasks.testing import plugin_host, run_cli, using_host
+
+    backend = Float64Backend()
+    host = plugin_host(builtins=True)
+    host.register(backend, name="fp64-backend")
+    assert host.backends["fp64"].plugin == "fp64-backend"
+    with using_host(host):
+        import nlptasks
+        from nlptasks.serve.models import load_models
+
+        wide = nlptasks.load(cls_run, backend="fp64")
+        assert wide.model.dtype == torch.float64 and backend.loads == ["fp64"]
+        plain = answers(nlptasks.load(cls_run))
+        assert [r["label"] for r in answers(wide)] == [r["label"] for r in plain]
+        assert max(abs(a["score"] - b["score"]) for a, b in zip(answers(wide), plain, strict=True)) < 1e-5
+        code, out, err = run_cli("infer", "--model", cls_run, "--backend", "fp64", TEXTS[0], host=host)
+        assert code == 0, err
+        assert json.loads(out)["label"] == plain[0]["label"]
+        served = load_models([cls_run], ["wide"], nlptasks.LoadOptions(backend="fp64"))
+        assert served["wide"].predictor.model.dtype == torch.float64
+        code, out, _ = run_cli("plugins", "--json", host=host)
+        listed = {p["name"]: p for p in json.loads(out)["plugins"]}
+        assert listed["fp64-backend"]["backends"] == ["fp64"]
+    with pytest.raises(nlptasks.NlptasksError, match="--backend fp64: no such backend"):
+        nlptasks.load(cls_run, backend="fp64")  # the process's own host has no such plugin
+
+
+def test_two_plugins_cannot_register_one_backend_name():
+    from nlptasks.errors import PluginError
+    from nlptasks.testing import plugin_host
+
+    class A:
+        @hookimpl
+        def register_backends(self, register):
+            from nlptasks.plugin import Backend
+
+            register(Backend(name="same", description="a", load_model=lambda *a: None))
+
+    host = plugin_host()
+    host.register(A(), name="a")
+    with pytest.raises(PluginError, match="backend 'same' is provided by two plugins: 'a' and 'b'"):
+        host.register(A(), name="b")
+    from nlptasks.types import Backend
+
+    with pytest.raises(PluginError, match="not 'auto'"):
+        Backend(name="auto", description="x", load_model=lambda *a: None)
+
+
+# -- the older hook form -----------------------------------------------------------------------------
+
+
+class OldStyle:
+    """A predictor plugin written for ``nlptasks_load_predictor(run_dir, manifest)``."""
+
+    @staticmethod
+    def hook(run_dir, manifest):
+        from nlptasks.plugin import load_run, predict_logits, softmax
+
+        class Predictor:
+            def __init__(self):
+                self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification")
+                self.batch_size, self.max_length = 32, None
+
+            def __call__(self, inputs):
+                probs = softmax(predict_logits(self.model, self.tokenizer, inputs, self.batch_size, self.max_length))
+                return [{"p": [round(float(x), 6) for x in p]} for p in probs]
+
+        return Predictor()
+
+
+def test_an_old_two_argument_predictor_hook_works_with_a_warning(cls_run):
+    import torch
+
+    from nlptasks import LoadOptions
+    from nlptasks.inference.loading import load_predictor
+    from nlptasks.testing import plugin_host
+
+    plugin = type("Old", (), {"nlptasks_load_predictor": staticmethod(hookimpl(tryfirst=True)(OldStyle.hook))})
+    host = plugin_host(builtins=True)
+    host.register(plugin, name="old-style")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        predictor = load_predictor(cls_run, LoadOptions(batch_size=4, precision="fp32"), host=host)
+    assert any(issubclass(w.category, DeprecationWarning) and "old-style" in str(w.message) for w in caught)
+    assert predictor.batch_size == 4  # set as an attribute for the old form
+    assert predictor.model.dtype == torch.float32
+    assert len(predictor(TEXTS)[0]["p"]) == 2
