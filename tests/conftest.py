@@ -102,3 +102,75 @@ def write_csv(path: Path, rows: list[tuple[str, str]], header: str = "text,label
         writer.writerow(header.split(","))
         writer.writerows(rows)
     return path
+
+
+# -- subprocesses: a hang is no progress, not a slow machine ---------------------------------------
+
+IDLE_S = 600
+"""A child process that uses no CPU for this long (itself and its children) is hung: the limit
+that guards against hangs.  A slow run on a busy machine keeps using CPU and is never cut short."""
+
+
+def _cpu_ticks(pid: int) -> int:
+    """CPU time of ``pid`` and its live descendants, in clock ticks (0 once they are gone)."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        ticks[int(entry.name)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        total += ticks.get(current, 0)
+        todo += children.get(current, [])
+    return total
+
+
+def _kill_tree(proc) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (OSError, AttributeError):
+        proc.kill()
+
+
+def communicate(proc, input: str | None = None, idle_s: float = IDLE_S) -> tuple[str, str]:
+    """``proc.communicate()`` that waits as long as the process works: it fails only when the
+    process (with its children) has used no CPU for ``idle_s`` seconds."""
+    import subprocess
+    import time
+
+    if not Path("/proc/self/stat").exists():  # no /proc to watch: a plain, generous wait
+        return proc.communicate(input=input, timeout=idle_s * 6)
+    last, still_since, first = _cpu_ticks(proc.pid), time.monotonic(), True
+    while True:
+        try:
+            return proc.communicate(input=input if first else None, timeout=5)
+        except subprocess.TimeoutExpired:
+            first = False
+        ticks = _cpu_ticks(proc.pid)
+        if ticks != last:
+            last, still_since = ticks, time.monotonic()
+        elif time.monotonic() - still_since > idle_s:
+            _kill_tree(proc)
+            out, err = proc.communicate()
+            raise AssertionError(f"{' '.join(map(str, proc.args))}: no CPU used for {idle_s:g} s: hung\n{err[-3000:]}")
+
+
+def run_process(command: list[str], input: str | None = None, idle_s: float = IDLE_S, **kwargs):
+    """``subprocess.run(command, capture_output=True, text=True, ...)`` with :func:`communicate`'s
+    hang guard instead of a time limit."""
+    import subprocess
+
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE if input is not None else None, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+    out, err = communicate(proc, input, idle_s)
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_process
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
@@ -46,7 +47,7 @@ def test_benchmarks_and_peers_are_told_apart():
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_benchmark_has_help_docs_option_and_block(script: Path):
-    proc = subprocess.run([sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = run_process([sys.executable, str(script), "--help"], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "--docs " in proc.stdout and "--docs-file" in proc.stdout, f"{script.name} has no --docs option"
     text = DOCS.read_text(encoding="utf-8")

@@ -9,20 +9,14 @@ import time
 
 import pytest
 
-from conftest import RECIPES, ROOT, TINY, read_metrics, write_csv
+from conftest import RECIPES, ROOT, TINY, read_metrics, run_process, write_csv
 
 QUICKSTART = RECIPES / "cls.toml"
 
 
 def nlptasks(*args: str, cwd=None, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nlptasks", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        input=input,
-        timeout=600,
-    )
+    """The command in a fresh process, like a user; waits as long as it works (a hang is no CPU used)."""
+    return run_process([sys.executable, "-m", "nlptasks", *args], cwd=cwd, input=input)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, ROOT, TINY
+from conftest import RECIPES, ROOT, TINY, communicate, run_process
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 SETS = [*TINY, "train.epochs=1", "data.max_train_rows=96", "data.max_eval_rows=40", "train.batch_size=8",
@@ -50,7 +50,7 @@ def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str, accelerat
                     "--main_process_port", str(_free_port())]
     command = [*(launcher if nproc > 1 else [sys.executable]), str(WORKER), str(RECIPES / "cls.toml"), str(out),
                *_sets(f"output.dir={runs}", f"output.run_name={name}", *extra)]
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
+    done = run_process(command, env=_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]
 
@@ -107,7 +107,7 @@ def test_accelerate_launch_runs_the_same_ddp(tmp_path):
 def test_run_nproc_starts_torchrun_and_only_rank_0_prints(tmp_path):
     command = [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "2", "--no-progress",
                *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16")]
-    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_process(command, env=_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "launch: -m torch.distributed.run --standalone --nproc_per_node=2 -m nlptasks run" in done.stderr
     assert "--nproc" not in done.stderr.split("launch:", 1)[1].splitlines()[0].replace("--nproc_per_node", "")
@@ -167,14 +167,14 @@ def test_nproc_inside_a_launcher_is_an_error(cli, monkeypatch):
     assert code == 2 and "already inside a distributed launcher" in err
 
 
-def _two_nodes(command_for_node, timeout: int = 300) -> list[subprocess.CompletedProcess]:
+def _two_nodes(command_for_node) -> list[subprocess.CompletedProcess]:
     """Start ``command_for_node(0)`` and ``command_for_node(1)`` at once (two "machines" on
     localhost) and wait for both."""
     procs = [subprocess.Popen(command_for_node(r), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in (0, 1)]
     done = []
     for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = communicate(proc)
         done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
     for d in done:
         assert d.returncode == 0, d.stderr[-3000:]

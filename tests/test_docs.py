@@ -4,13 +4,13 @@ docstrings and field descriptions they are generated from must be complete."""
 from __future__ import annotations
 
 import inspect
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
+from conftest import run_process
 from nlptasks import hookspecs
 from nlptasks.recipe import Recipe
 
@@ -19,9 +19,7 @@ GENERATOR = ROOT / "tools" / "gen_docs.py"
 
 
 def test_generated_docs_are_current():
-    proc = subprocess.run(
-        [sys.executable, str(GENERATOR), "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    proc = run_process([sys.executable, str(GENERATOR), "--check"], cwd=ROOT)
     assert proc.returncode == 0, (
         f"{(proc.stderr or proc.stdout).strip()}\n"
         "docs/hooks.md, docs/recipes.md and docs/cli.md are generated from the code: "

@@ -13,16 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import RECIPES, TINY, read_metrics, shared
+from conftest import RECIPES, TINY, read_metrics, run_process, shared
 
 QUICKSTART = RECIPES / "ner.toml"
 DEMO = RECIPES / "data" / "ner"
 
 
 def nlptasks(*args: str, cwd=None, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nlptasks", *args], capture_output=True, text=True, cwd=cwd, input=input, timeout=600
-    )
+    return run_process([sys.executable, "-m", "nlptasks", *args], cwd=cwd, input=input)
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY, read_metrics
+from conftest import RECIPES, TINY, communicate, read_metrics
 
 CLS = RECIPES / "cls.toml"
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def nlptasks(*argv: str, cwd: Path, **kwargs) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str]:
-    _, err = proc.communicate(timeout=300)
+    _, err = communicate(proc)
     return proc.returncode, err
 
 

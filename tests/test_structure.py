@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_process
 
 sys.path.insert(0, str(ROOT / "tools"))
 import imports  # noqa: E402
@@ -205,11 +205,10 @@ def test_the_public_plugin_api_is_complete_and_documented():
 
 
 def test_importing_the_plugin_api_loads_no_heavy_library():
-    import subprocess
-
     code = ("import sys, nlptasks.plugin; "
             "print([m for m in ('torch', 'transformers', 'datasets', 'peft') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = run_process([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
@@ -226,10 +225,7 @@ def test_the_old_engine_helpers_still_import_with_a_warning():
 
 
 def test_tools_imports_runs_clean():
-    import subprocess
-
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "imports.py")], capture_output=True, text=True,
-                          timeout=120)
+    proc = run_process([sys.executable, str(ROOT / "tools" / "imports.py")])
     assert proc.returncode == 0, proc.stdout
     assert "import circles: 0" in proc.stdout and "imports from a lower floor to a higher one: 0" in proc.stdout
 

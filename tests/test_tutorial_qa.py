@@ -151,6 +151,34 @@ def test_the_cli_prints_a_command_that_works(host, tmp_path):
     assert len(out.splitlines()) == 1 and set(json.loads(out)) == {"question", "answer", "start", "end", "score"}
 
 
+def test_an_onnx_export_is_evaluated_as_its_run_is(quick_run, host, tmp_path):
+    """Answer spans are two label fields (start_positions, end_positions): `nlptasks eval` of the
+    fp32 export hands the Trainer both, so its figures equal the torch run's (they used to be an
+    empty table); its predictor answers as the run's."""
+    pytest.importorskip("onnxruntime")
+    import nlptasks
+    from nlptasks.testing import using_host
+
+    export = tmp_path / "onnx"
+    code, _, err = run_cli("export", quick_run.output_dir, "--onnx", export, "--check-rows", "0", host=host)
+    assert code == 0, err
+    figures = []
+    for folder in (quick_run.output_dir, export):
+        out = tmp_path / f"eval-{folder.name}"
+        code, _, err = run_cli("eval", folder, "--data", PACKAGE / "data" / "test.jsonl", "--output", out, host=host)
+        assert code == 0, err
+        metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["test"]
+        figures.append({k: v for k, v in metrics.items() if not k.endswith(("runtime", "per_second"))})
+    torch_figures, onnx_figures = figures
+    assert {"exact_match", "f1", "loss"} <= set(onnx_figures)
+    assert onnx_figures == pytest.approx(torch_figures, abs=1e-4)
+    rows = [json.loads(line) for line in (PACKAGE / "data" / "test.jsonl").read_text(encoding="utf-8").splitlines()[:12]]
+    with using_host(host):
+        ours = nlptasks.load(quick_run.output_dir)(rows)
+        theirs = nlptasks.load(export)(rows)
+    assert [r["answer"] for r in ours] == [r["answer"] for r in theirs]
+
+
 # --- bad data, the doctor, inspect-batch --------------------------------------------------------
 
 

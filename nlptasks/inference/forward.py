@@ -37,7 +37,8 @@ def predict_logits(
     if isinstance(texts[0], str):
         enc = tokenizer(list(texts), truncation=True, max_length=max_length)
     else:
-        enc = tokenizer([a for a, _ in texts], [b for _, b in texts], truncation=True, max_length=max_length)
+        pairs: list[tuple[str, str]] = list(texts)  # type: ignore[arg-type]
+        enc = tokenizer([a for a, _ in pairs], [b for _, b in pairs], truncation=True, max_length=max_length)
     keys = [k for k in enc.keys() if k in accepted_inputs(model)]
     lengths = [len(ids) for ids in enc["input_ids"]]
     order = sorted(range(len(texts)), key=lambda i: lengths[i])

@@ -73,7 +73,7 @@ def onnx_threads() -> int:
     return max(1, torch.get_num_threads())
 
 
-class OnnxOutput(dict):
+class OnnxOutput(dict[str, Any]):
     """A model output read like transformers': ``out.logits`` and ``out["logits"]`` (torch tensors)."""
 
     def __getattr__(self, name: str) -> Any:
@@ -221,8 +221,8 @@ def _loss(architecture: str, out: Mapping[str, Any], labels: Mapping[str, Any], 
         if architecture.endswith("ForMultipleChoice") and "labels" in labels:
             return torch.nn.functional.cross_entropy(out["logits"].float(), labels["labels"].long())
         if architecture.endswith("ForQuestionAnswering") and {"start_positions", "end_positions"} <= set(labels):
-            return losses.ForQuestionAnsweringLoss(get("start_logits"), get("end_logits"),
-                                                   labels["start_positions"], labels["end_positions"])
+            return losses.ForQuestionAnsweringLoss(  # type: ignore[no-untyped-call]
+                get("start_logits"), get("end_logits"), labels["start_positions"], labels["end_positions"])
         if architecture.endswith(("ForCausalLM", "ForMaskedLM")) and "labels" in labels:
             loss = losses.ForCausalLMLoss if architecture.endswith("ForCausalLM") else losses.ForMaskedLMLoss
             return loss(out["logits"], labels["labels"], vocab_size=config.vocab_size)

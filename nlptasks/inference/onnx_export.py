@@ -30,11 +30,12 @@ from nlptasks.inference.onnx_backend import INSTALL_HINT, ONNX_FILE, OnnxModel
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
 from nlptasks.errors import NlptasksError, Problem
 
-__all__ = ["DEFAULT_OPSET", "INT8_WEIGHTS", "QUANTIZE", "check_graph", "export_onnx", "float_outputs", "load_for_export"]
+__all__ = ["DEFAULT_OPSET", "INT8_WEIGHTS", "QUANTIZE", "Samples", "check_graph", "export_onnx", "float_outputs",
+           "load_for_export"]
 
 DEFAULT_OPSET = 17
 QUANTIZE = ("none", "int8")
-_COPIED = ("labels.json", "recipe.toml", "metrics.json")
+_COPIED = ("labels.json", "recipe.toml", "metrics.json", "examples.json")
 
 
 def load_for_export(run_dir: Path, adapter: str | None = None) -> tuple[Any, dict[str, Any]]:
@@ -85,45 +86,80 @@ def float_outputs(out: Any) -> dict[str, Any]:
     return {str(k): v for k, v in items if isinstance(v, torch.Tensor) and v.is_floating_point() and k != "loss"}
 
 
-def _dummy(names: list[str], vocab: int, batch: int, length: int, seed: int) -> dict[str, Any]:
-    """Inputs of one shape; the last row padded to half its length (so the traced graph keeps the
-    attention mask: a batch without padding would let the model skip it)."""
+class Samples:
+    """The inputs the graph is traced and checked with: the run's own preprocessed examples
+    (``examples.json``, any rank: a candidates axis, a task's own input), padded along their last
+    axis; for a run made before that file existed, random ids of shape (batch, sequence) for the
+    inputs the tokenizer names."""
+
+    def __init__(self, run_dir: Path, model: Any, tokenizer: Any) -> None:
+        from nlptasks.engine.model.examples import pad_batch, read_examples
+        from nlptasks.engine.model.introspect import accepted_inputs
+
+        accepted = accepted_inputs(model)
+        examples = [{k: v for k, v in e.items() if k in accepted} for e in read_examples(run_dir)]
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for e in examples:  # the largest group of examples that share their inputs and shapes
+            one = pad_batch([e]) if "input_ids" in e else None
+            if one is not None:
+                groups.setdefault(repr({k: tuple(v.shape[:-1]) for k, v in one.items()}), []).append(e)
+        self.examples = max(groups.values(), key=len) if groups else []
+        self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+        self.vocab = int(getattr(model.config, "vocab_size", 100) or 100)
+        if self.examples:
+            names = list(self.examples[0])
+        else:
+            names = [n for n in getattr(tokenizer, "model_input_names", ["input_ids", "attention_mask"])
+                     if n in ("input_ids", "attention_mask", "token_type_ids") and n in accepted]
+            if "attention_mask" in accepted and "attention_mask" not in names:
+                names.append("attention_mask")
+        self.names = ["input_ids", *sorted(n for n in names if n != "input_ids")]
+        self.source = "the run's examples.json" if self.examples else "random ids (the run has no examples.json)"
+
+    def longest(self) -> int:
+        """The longest example's length (0 without examples)."""
+        from nlptasks.engine.model.examples import pad_batch
+
+        batch = pad_batch(self.examples, self.pad_id) if self.examples else None
+        return int(batch["input_ids"].shape[-1]) if batch is not None else 0
+
+    def batch(self, size: int, length: int | None = None, seed: int = 0, unpadded: bool = False) -> dict[str, Any]:
+        """``size`` inputs in one batch, padded to ``length`` (at least their longest); with
+        ``unpadded`` and ``size`` 1, the first example as it is (no attention mask to hide padding)."""
+        import torch
+
+        if self.examples:
+            from nlptasks.engine.model.examples import pad_batch
+
+            rows = [self.examples[(seed + i) % len(self.examples)] for i in range(size)]
+            batch = pad_batch(rows, self.pad_id, None if unpadded else length)
+            assert batch is not None
+            return {n: batch[n] for n in self.names}
+        length = length or 8
+        generator = torch.Generator().manual_seed(seed)
+        ids = torch.randint(5, max(self.vocab, 6), (size, length), generator=generator)
+        mask = torch.ones_like(ids)
+        if not unpadded:
+            mask[-1, max(1, length // 2):] = 0  # padding in the last row: the traced graph keeps the mask
+        values = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        return {n: values[n] for n in self.names}
+
+
+def _export_graph(model: Any, samples: Samples, path: Path, opset: int) -> dict[str, list[Any]]:
+    """Trace ``model`` into ``path`` on the run's own inputs; returns each output's dimensions
+    (``"batch"``, ``"sequence"`` or a fixed size), in the graph's output order.  Inputs have a
+    dynamic batch (first) and sequence (last) axis; the axes between keep the examples' sizes."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, max(vocab, 6), (batch, length), generator=generator)
-    mask = torch.ones_like(ids)
-    mask[-1, max(1, length // 2):] = 0
-    values = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-    return {n: values[n] for n in names}
-
-
-def _input_names(model: Any, tokenizer: Any) -> list[str]:
-    from nlptasks.engine.model.introspect import accepted_inputs
-
-    accepted = accepted_inputs(model)
-    wanted = [n for n in getattr(tokenizer, "model_input_names", ["input_ids", "attention_mask"])
-              if n in ("input_ids", "attention_mask", "token_type_ids") and n in accepted]
-    if "input_ids" not in wanted:
-        wanted.insert(0, "input_ids")
-    if "attention_mask" in accepted and "attention_mask" not in wanted:
-        wanted.append("attention_mask")
-    return wanted
-
-
-def _export_graph(model: Any, names: list[str], path: Path, opset: int) -> dict[str, list[Any]]:
-    """Trace ``model`` into ``path``; returns each output's dimensions (``"batch"``, ``"sequence"``
-    or a fixed size), in the graph's output order."""
-    import torch
-
-    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
-    small, large = _dummy(names, vocab, 2, 8, 0), _dummy(names, vocab, 3, 11, 1)
+    names = samples.names
+    longest = samples.longest() or 8
+    small, large = samples.batch(2, longest + 2, seed=0), samples.batch(3, longest + 5, seed=1)
     with torch.inference_mode():
         a, b = float_outputs(model(**small)), float_outputs(model(**large))
     if not a:
         raise NlptasksError(f"--onnx: {type(model).__name__} returns no floating-point output to export")
     outputs = list(a)
-    axes: dict[str, dict[int, str]] = {n: {0: "batch", 1: "sequence"} for n in names}
+    axes: dict[str, dict[int, str]] = {n: {0: "batch", small[n].dim() - 1: "sequence"} for n in names}
     for name in outputs:
         axes[name] = {}
         for dim, (x, y) in enumerate(zip(a[name].shape, b[name].shape, strict=True)):
@@ -148,28 +184,27 @@ def _export_graph(model: Any, names: list[str], path: Path, opset: int) -> dict[
     return {n: [axes[n].get(d, size) for d, size in enumerate(a[n].shape)] for n in outputs}
 
 
-def check_graph(model: Any, onnx_model: OnnxModel, names: list[str], limit: int) -> dict[str, Any]:
-    """Compare torch and ONNX outputs at several shapes (batch 1 and 7, short and longest inputs,
-    with and without padding): ``{"shapes", "max_abs_diff"}``."""
+def check_graph(model: Any, onnx_model: OnnxModel, samples: Samples, limit: int) -> dict[str, Any]:
+    """Compare torch and ONNX outputs at several shapes of the run's own inputs (one example
+    unpadded, 7 padded together, 2 and 1 padded to the longest input the model takes):
+    ``{"shapes", "max_abs_diff", "inputs"}`` (the shapes are ``input_ids``')."""
     import torch
 
-    vocab = int(getattr(model.config, "vocab_size", 100) or 100)
-    shapes = [(1, 3), (7, min(limit, 64)), (2, limit), (1, limit)]
+    longest = max(samples.longest(), 3)
+    batches = [samples.batch(1, None if samples.examples else 3, seed=10, unpadded=True),
+               samples.batch(7, min(limit, max(longest, 64)), seed=11),
+               samples.batch(2, max(limit, longest), seed=12), samples.batch(1, max(limit, longest), seed=13)]
     largest = 0.0
     with torch.inference_mode():
-        for seed, (batch, length) in enumerate(shapes, start=10):
-            inputs = _dummy(names, vocab, batch, length, seed)
-            if batch == 1:
-                inputs["attention_mask"] = torch.ones_like(inputs["input_ids"]) if "attention_mask" in inputs else None
-                inputs = {k: v for k, v in inputs.items() if v is not None}
+        for inputs in batches:
             want, got = float_outputs(model(**inputs)), onnx_model(**inputs)
+            mask = inputs.get("attention_mask")
             for name, value in want.items():
-                mask = inputs.get("attention_mask")
                 diff = (value.float() - got[name]).abs()
-                if mask is not None and diff.dim() >= 2 and diff.shape[:2] == mask.shape:
+                if mask is not None and diff.dim() >= mask.dim() and diff.shape[:mask.dim()] == mask.shape:
                     diff = diff[mask.bool()]  # padded positions are nobody's output
                 largest = max(largest, float(diff.max()) if diff.numel() else 0.0)
-    return {"shapes": [list(s) for s in shapes], "max_abs_diff": largest}
+    return {"shapes": [list(b["input_ids"].shape) for b in batches], "max_abs_diff": largest, "inputs": samples.source}
 
 
 INT8_WEIGHTS = ("auto", "QInt8", "QUInt8")
@@ -244,14 +279,15 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
             hint=f"Serve it with torch: nlptasks infer --model {run_dir}   (ONNX export covers encoder tasks)",
         )
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
-    names = _input_names(model, tokenizer)
+    samples = Samples(run_dir, model, tokenizer)
+    names = samples.names
     out.mkdir(parents=True, exist_ok=True)
     fp32_path = out / ("model-fp32.onnx" if quantize == "int8" else ONNX_FILE)
-    outputs = _export_graph(model, names, fp32_path, opset)
+    outputs = _export_graph(model, samples, fp32_path, opset)
     from nlptasks.engine.model.introspect import position_limit
 
     limit = position_limit(model) or int(manifest.get("max_length") or 128)
-    check = check_graph(model, OnnxModel(fp32_path, model.config), names, limit)
+    check = check_graph(model, OnnxModel(fp32_path, model.config), samples, limit)
     if check["max_abs_diff"] > 1e-3:
         raise NlptasksError(
             f"--onnx: the exported graph in {out} does not compute what the torch model computes",

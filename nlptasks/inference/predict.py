@@ -126,7 +126,7 @@ def task_format(predictor: Any, request: Request) -> tuple[str | None, str]:
         fmt = request.file.suffix.lower().lstrip(".")  # e.g. --file dev.conll
     if fmt is None and request.output is not None and request.output.suffix.lower() == ".csv":
         fmt = "csv"
-    if fmt in formats:
+    if fmt is not None and fmt in formats:
         return fmt, fmt
     if fmt is None or fmt in streaming.OUTPUT_FORMATS:
         return None, fmt or "jsonl"

@@ -95,7 +95,7 @@ def adapter_path(run_dir: Path, info: dict[str, Any], name: str) -> Path:
             f"its adapters: {', '.join(adapters)}",
             hint=f"Add one trained on the same base: nlptasks add-adapter {run_dir} OTHER_RUN --name {name}",
         )
-    return run_dir / adapters[name]["path"]
+    return Path(run_dir) / str(adapters[name]["path"])
 
 
 TORCH = Backend(

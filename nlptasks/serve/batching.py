@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from nlptasks.inference.streaming import predict_chunk
 from nlptasks.serve.errors import ApiError
 
 __all__ = ["Batcher", "input_length"]
@@ -235,6 +236,8 @@ class Batcher:
             item.future.set_result(outputs)
 
     async def _call(self, inputs: list[Any]) -> list[dict[str, Any]]:
+        """One predictor call on the model's worker thread, through the one checked call every
+        caller of a predictor makes (:func:`nlptasks.inference.streaming.predict_chunk`)."""
         if self.metrics is not None:
             self.metrics.observe_batch(self.served.name, len(inputs))
-        return list(await self.served.call(self.served.predictor, inputs))
+        return list(await self.served.call(predict_chunk, self.served.predictor, inputs))
