@@ -109,7 +109,7 @@ def _unmapped_problems(recipe: Recipe) -> list[Problem]:
 _HEAD_CLASSES = {
     "SEQ_CLS": "AutoModelForSequenceClassification", "TOKEN_CLS": "AutoModelForTokenClassification",
     "QUESTION_ANS": "AutoModelForQuestionAnswering", "CAUSAL_LM": "AutoModelForCausalLM",
-    "FEATURE_EXTRACTION": "AutoModel",
+    "FEATURE_EXTRACTION": "AutoModel", "SEQ_2_SEQ_LM": "AutoModelForSeq2SeqLM",
 }
 
 
