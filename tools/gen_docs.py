@@ -598,11 +598,12 @@ EXIT_CODES = [
 def env_vars() -> list[tuple[str, str]]:
     """The environment variables (``NAME`` in capitals, then indented lines) documented in the
     module docstrings of ``nlptasks/host.py`` (plugin loading), ``nlptasks/serve/__init__.py`` (the
-    server), ``nlptasks/engine/onnx_runtime.py`` and ``nlptasks/engine/throughput.py``."""
+    server), ``nlptasks/inference/onnx_backend.py`` and ``nlptasks/engine/training/throughput.py``."""
     from nlptasks import host, serve
-    from nlptasks.inference import onnx_backend, throughput
+    from nlptasks.engine.training import throughput
+    from nlptasks.inference import onnx_backend
 
-    doc = "\n".join(inspect.cleandoc(m.__doc__ or "") + "\n" for m in (host, serve, onnx_runtime, throughput))
+    doc = "\n".join(inspect.cleandoc(m.__doc__ or "") + "\n" for m in (host, serve, onnx_backend, throughput))
     found = re.findall(r"^``([A-Z][A-Z0-9_]+)``\n((?:[ \t]+.*\n?)+)", doc, re.M)
     return [(name, " ".join(line.strip() for line in body.splitlines())) for name, body in found]
 
