@@ -185,7 +185,32 @@ def test_every_method_of_the_seq_2_seq_lm_row(method, adapter, host):
     assert [r["source"] for r in results] == ["abcde", "fed"] and all(isinstance(r["target"], str) for r in results)
 
 
-def test_lora_adapter_predicts_unlike_the_base_and_merges(adapter, host, tmp_path):
+@pytest.mark.parametrize("method", ["prefix", "p_tuning", "prompt"])
+def test_the_virtual_tokens_reach_an_encoder_decoder(method):
+    """peft hands a T5 its prefix as ``past_key_values``, a name transformers 5.24 still takes
+    (deprecated for ``cache``): were it dropped, the adapter would train nothing.  The adapted
+    model's logits must differ from the base's."""
+    import peft
+    import torch
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    config = AutoConfig.for_model("t5", vocab_size=20, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
+                                  num_heads=2, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    make = {"prefix": peft.PrefixTuningConfig, "p_tuning": peft.PromptEncoderConfig, "prompt": peft.PromptTuningConfig}
+    extra = {"encoder_hidden_size": 16} if method == "p_tuning" else {}
+    torch.manual_seed(0)
+    model = peft.get_peft_model(AutoModelForSeq2SeqLM.from_config(config),
+                                make[method](task_type="SEQ_2_SEQ_LM", num_virtual_tokens=4, **extra)).eval()
+    batch = {"input_ids": torch.tensor([[5, 6, 7, 1]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
+             "labels": torch.tensor([[7, 6, 5, 1]])}
+    with torch.no_grad():
+        adapted = model(**batch).logits
+        with model.disable_adapter():
+            base = model(**batch).logits
+    assert adapted.shape == base.shape and not torch.allclose(adapted, base)
+
+
+def test_the_lora_adapter_merges_and_the_merged_run_predicts_the_same(adapter, host, tmp_path):
     run = adapter("lora")
     texts = ["abcde", "kjihg", "abcdefg", "lk"]
     with_adapter = infer(host, run.output_dir, *texts)
