@@ -1,14 +1,18 @@
 """Which PEFT methods work for which kind of model: the table behind recipe validation and
 docs/peft.md.
 
-Rows are peft's task types (a task declares its own with ``TaskSpec.peft_task_type``, and may
-refuse more methods with ``TaskSpec.peft_unsupported``); a method that :func:`unsupported_reason`
-does not refuse for a task type works for it.  ``tests/test_peft.py`` trains every built-in task
-and the question-answering tutorial plugin with every method and checks the outcome against this
-table, so the table (and the page generated from it) cannot drift from what actually runs.
+Rows are peft's task types, as many as the installed peft knows (:func:`peft_task_types`, read
+from ``peft.TaskType``): a task declares its own with ``TaskSpec.peft_task_type``, and may refuse
+more methods with ``TaskSpec.peft_unsupported``.  A method that :func:`unsupported_reason` does not
+refuse for a task type works for it; :data:`UNSUPPORTED` gives the reason for each combination
+known not to work.  ``tests/test_peft.py`` trains every built-in task and the question-answering
+tutorial plugin with every method, and ``tests/test_seq2seq.py`` an encoder-decoder test plugin,
+and check the outcome against this table, so the table (and the page generated from it) cannot
+drift from what actually runs.
 
-No heavy imports at module level: recipe validation reads this module.  Only the prefix check
-imports transformers, when asked about prefix tuning.
+No heavy imports at module level: recipe validation reads this module.  The task types are read
+from peft's enum module alone (``import peft`` takes seconds); only the prefix check imports
+transformers, when asked about prefix tuning.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ __all__ = [
     "TASK_TYPES",
     "UNSUPPORTED",
     "encoder_prefix_problem",
+    "peft_task_types",
     "unsupported_reason",
 ]
 
@@ -42,8 +47,42 @@ TASK_TYPES = {
     "QUESTION_ANS": "an answer span: start and end logits per token",
     "FEATURE_EXTRACTION": "hidden states (embeddings), no head",
     "CAUSAL_LM": "next-token prediction",
+    "SEQ_2_SEQ_LM": "a generated target sequence (an encoder-decoder: the decoder predicts the next target token)",
 }
-"""The peft task types a ``TaskSpec.peft_task_type`` may name, with what their models output."""
+"""What each peft task type's models output, for the table in docs/peft.md.  Not a closed list: a
+``TaskSpec.peft_task_type`` may name any task type of the installed peft (:func:`peft_task_types`)."""
+
+
+@functools.lru_cache(maxsize=1)
+def peft_task_types() -> tuple[str, ...]:
+    """The task types of the installed peft (the names of ``peft.TaskType``): what a
+    ``TaskSpec.peft_task_type`` may declare.
+
+    Read from the module that defines the enum alone (``peft/utils/peft_types.py``, which imports
+    only the standard library), because ``import peft`` takes seconds and tasks are declared
+    whenever plugins load; if that module moved, from ``peft.TaskType`` itself.  Without peft
+    installed: the task types of :data:`TASK_TYPES`.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("peft")
+    if spec is None or not spec.origin:
+        return tuple(TASK_TYPES)
+    try:
+        module_spec = importlib.util.spec_from_file_location(
+            "_nlptasks_peft_types", Path(spec.origin).parent / "utils" / "peft_types.py"
+        )
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        enum = module.TaskType
+    except Exception:  # noqa: BLE001 - another layout of peft: ask peft itself
+        import peft
+
+        enum = peft.TaskType
+    return tuple(member.name for member in enum)
+
 
 _PROMPT_IN_SEQUENCE = (
     "peft prepends its virtual tokens to the sequence, so the model returns outputs for them too and "
@@ -85,8 +124,9 @@ def encoder_prefix_problem() -> str | None:
 
 def unsupported_reason(task_type: str, method: str) -> str | None:
     """Why ``method`` does not work for ``task_type``, or ``None`` when it does."""
-    if task_type not in TASK_TYPES:
-        return f"task type {task_type!r} is not one nlptasks knows ({', '.join(TASK_TYPES)})"
+    known = peft_task_types()
+    if task_type not in known:
+        return f"task type {task_type!r} is not one the installed peft knows ({', '.join(known)})"
     if method == "prefix" and task_type in ENCODER_HEADS:
         return encoder_prefix_problem()
     return UNSUPPORTED.get((task_type, method))

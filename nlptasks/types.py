@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from nlptasks.errors import NlptasksError, PluginError
-from nlptasks.peft_support import METHODS, TASK_TYPES, unsupported_reason
+from nlptasks.peft_support import METHODS, peft_task_types, unsupported_reason
 
 __all__ = [
     "DEVICES",
@@ -96,9 +96,10 @@ class TaskSpec:
     :param stratify_by: given the validated options, the column to stratify random splits on
         (``None``: plain random splits).
     :param peft_task_type: the peft task type of the model step 5 builds, which lets a recipe add
-        a ``[peft]`` table: one of :data:`nlptasks.peft_support.TASK_TYPES` (``"SEQ_CLS"``,
-        ``"TOKEN_CLS"``, ``"QUESTION_ANS"``, ``"FEATURE_EXTRACTION"``, ``"CAUSAL_LM"``).  ``None``:
-        the task does not support PEFT, and a ``[peft]`` table is a recipe error.
+        a ``[peft]`` table: any task type the installed peft knows (``peft.TaskType``: ``"SEQ_CLS"``,
+        ``"TOKEN_CLS"``, ``"QUESTION_ANS"``, ``"FEATURE_EXTRACTION"``, ``"CAUSAL_LM"``,
+        ``"SEQ_2_SEQ_LM"`` in peft 0.21; see :func:`nlptasks.peft_support.peft_task_types`).
+        ``None``: the task does not support PEFT, and a ``[peft]`` table is a recipe error.
     :param peft_unsupported: PEFT methods the task refuses, each with the reason (``{"prompt":
         "..."}``), beyond those :mod:`nlptasks.peft_support` refuses for its task type.
         ``nlptasks validate`` reports a refused method with its reason.
@@ -130,8 +131,9 @@ class TaskSpec:
         problems = []
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             problems.append(f"name {self.name!r}: use lower-case letters, digits, '_' and '-'")
-        if isinstance(self.peft_task_type, str) and self.peft_task_type not in TASK_TYPES:
-            problems.append(f"peft_task_type {self.peft_task_type!r}: not one of {', '.join(TASK_TYPES)}")
+        if isinstance(self.peft_task_type, str) and self.peft_task_type not in peft_task_types():
+            problems.append(f"peft_task_type {self.peft_task_type!r}: not a task type of the installed peft "
+                            f"({', '.join(peft_task_types())})")
         if isinstance(self.peft_unsupported, Mapping):
             problems += [f"peft_unsupported: {m!r} is not a method ({', '.join(METHODS)})"
                          for m in self.peft_unsupported if m not in METHODS]

@@ -126,7 +126,8 @@ def test_the_metric_names_follow_the_options(cli):
 
 @pytest.mark.parametrize("bad,message", [
     ({"name": "Has Space"}, "use lower-case letters"),
-    ({"peft_task_type": "SEQ2SEQ"}, "peft_task_type 'SEQ2SEQ': not one of SEQ_CLS"),
+    ({"peft_task_type": "SEQ2SEQ"}, "peft_task_type 'SEQ2SEQ': not a task type of the installed peft (SEQ_CLS, "
+                                    "SEQ_2_SEQ_LM"),
     ({"label_fields": {"labels": "word"}}, "'labels' has kind 'word'"),
     ({"metrics": ("f1",), "best_metric": "accuracy"}, "best_metric 'accuracy' is not among metrics"),
     ({"peft_unsupported": {"lorra": "x"}}, "'lorra' is not a method"),
@@ -250,3 +251,21 @@ def test_run_merges_recorded_figures_only_into_splits_it_has(tmp_path):
     loaded = load_recipe(RECIPES / "cls.toml", [*QUICK, f"output.dir={tmp_path}"], host=host)
     result = run(loaded, host=host, progress=False)
     assert result.metrics["validation"]["checked"] == 1 and "nowhere" not in result.metrics
+
+
+def test_a_task_may_declare_any_task_type_of_the_installed_peft():
+    """The task types are peft's (``peft.TaskType``), read without importing peft: an
+    encoder-decoder task declares ``SEQ_2_SEQ_LM``, and so would a task of a type a later peft adds."""
+    import subprocess
+    import sys
+
+    import peft
+
+    from nlptasks.peft_support import peft_task_types
+    from nlptasks.types import TaskSpec
+
+    assert peft_task_types() == tuple(t.name for t in peft.TaskType)
+    for task_type in peft_task_types():
+        TaskSpec(name="t", description="x", peft_task_type=task_type)  # no error
+    cheap = "import sys; from nlptasks.peft_support import peft_task_types as t; t(); print('peft' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", cheap], capture_output=True, text=True).stdout.strip() == "False"

@@ -645,7 +645,7 @@ PEFT_BEGIN, PEFT_END = "<!-- peft-support:begin -->", "<!-- peft-support:end -->
 
 
 def peft_support_block() -> str:
-    from nlptasks.peft_support import MERGEABLE, METHODS, TASK_TYPES, UNSUPPORTED
+    from nlptasks.peft_support import MERGEABLE, METHODS, TASK_TYPES, UNSUPPORTED, peft_task_types
 
     lines = [
         PEFT_BEGIN,
@@ -656,7 +656,8 @@ def peft_support_block() -> str:
         "| --- | --- | " + " | ".join("---" for _ in METHODS) + " |",
     ]
     notes: list[str] = []
-    for task_type, output in TASK_TYPES.items():
+    rows = {**TASK_TYPES, **{t: "(peft's; not described here)" for t in peft_task_types() if t not in TASK_TYPES}}
+    for task_type, output in rows.items():
         cells = []
         for method in METHODS:
             reason = UNSUPPORTED.get((task_type, method))
@@ -670,6 +671,10 @@ def peft_support_block() -> str:
     lines.append("")
     lines += [f"({i}) {note}." for i, note in enumerate(notes, start=1)]
     lines += [
+        "",
+        "Rows: every task type of the installed peft (`peft.TaskType`); a `TaskSpec.peft_task_type` may name "
+        "any of them. `SEQ_2_SEQ_LM` is checked on an encoder-decoder (T5 built from scratch) by "
+        "`tests/test_seq2seq.py`.",
         "",
         f"Merging into a full model (`nlptasks export --merge`): {' and '.join(f'`{m}`' for m in MERGEABLE)}.",
         "",

@@ -19,9 +19,11 @@ __all__ = ["compare_outputs", "export_merged", "model_outputs"]
 
 
 def model_outputs(model: Any, inputs: list[dict[str, list[int]]], task_type: str) -> list[dict[str, Any]]:
-    """One record per stored input: for a causal LM the greedy continuation tokens; for any other
-    model every floating-point tensor of its output, by name (``logits``, ``start_logits`` and
-    ``end_logits``, ``last_hidden_state`` ...), whatever head or output class it has.  An output
+    """One record per stored input: for a causal LM (and an encoder-decoder given no decoder
+    inputs) the greedy continuation tokens; for any other model (an encoder-decoder given its
+    stored decoder inputs included) every floating-point tensor of its output, by name
+    (``logits``, ``start_logits`` and ``end_logits``, ``last_hidden_state`` ...), whatever head or
+    output class it has.  An output
     with no tensor to compare is an error naming its class."""
     import torch
 
@@ -32,9 +34,11 @@ def model_outputs(model: Any, inputs: list[dict[str, list[int]]], task_type: str
     with torch.inference_mode():
         for sample in inputs:
             tensors = {k: torch.tensor([v]) for k, v in sample.items() if k in accepted}
-            if task_type == "CAUSAL_LM":
+            two_sided = getattr(model.config, "is_encoder_decoder", False)
+            if task_type == "CAUSAL_LM" or (two_sided and "decoder_input_ids" not in tensors):
                 generated = model.generate(**tensors, max_new_tokens=8, do_sample=False)
-                outputs.append({"tokens": generated[0, tensors["input_ids"].shape[1] :].tolist()})
+                start = 0 if two_sided else tensors["input_ids"].shape[1]  # a decoder-only model repeats its input
+                outputs.append({"tokens": generated[0, start:].tolist()})
                 continue
             out = model(**tensors)
             items = out.items() if hasattr(out, "items") else enumerate(out if isinstance(out, tuple) else (out,))

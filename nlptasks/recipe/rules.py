@@ -17,6 +17,7 @@ from nlptasks.errors import Problem
 from nlptasks.peft_support import METHODS
 from nlptasks.recipe.arguments import optimize_conflicts, shadowed_by
 from nlptasks.recipe.schema import PEFT_METHOD_KEYS, PeftConfig, Recipe
+from nlptasks.recipe.scratch import SIZE_FIELDS, scratch_shadow
 from nlptasks.types import TaskSpec
 
 __all__ = [
@@ -186,15 +187,24 @@ def combination_problems(recipe: Recipe) -> list[Problem]:
 
 
 SCRATCH_EXTRA_SHADOWS: dict[str, str] = {
-    "hidden_size": "model.scratch.hidden",
-    "num_hidden_layers": "model.scratch.layers",
-    "num_attention_heads": "model.scratch.heads",
-    "intermediate_size": "model.scratch.intermediate",
+    **{name: f"model.scratch.{key}" for key, names in SIZE_FIELDS.items() for name in names},
     "vocab_size": "the vocabulary built from the data (its size is capped by model.scratch.vocab_size)",
     "pad_token_id": "the tokenizer built from the data",
 }
 """``model.scratch.extra`` keys (config values) that the ``[model.scratch]`` keys or the built
-vocabulary set."""
+vocabulary set: every size field of every architecture, the encoder's and the decoder's
+(``num_decoder_layers``, ``decoder_ffn_dim``...; :data:`nlptasks.recipe.scratch.SIZE_FIELDS`).
+Fields whose meaning depends on the architecture (DistilBERT's ``hidden_dim``) are shadowed for
+that architecture only (:func:`nlptasks.recipe.scratch.scratch_shadow`)."""
+
+
+def _scratch_shadow(scratch: Any) -> Any:
+    architecture = scratch.get("architecture", "bert") if isinstance(scratch, dict) else "bert"
+
+    def shadow(key: str) -> str | None:
+        return SCRATCH_EXTRA_SHADOWS.get(key) or scratch_shadow(str(architecture), key)
+
+    return shadow
 
 
 def extra_problems(raw: dict[str, Any]) -> list[Problem]:
@@ -206,7 +216,7 @@ def extra_problems(raw: dict[str, Any]) -> list[Problem]:
     tables = [
         ("train.extra", train.get("extra") if isinstance(train, dict) else None, shadowed_by,
          "train.extra is for the TrainingArguments the recipe has no key for"),
-        ("model.scratch.extra", scratch.get("extra") if isinstance(scratch, dict) else None, SCRATCH_EXTRA_SHADOWS.get,
+        ("model.scratch.extra", scratch.get("extra") if isinstance(scratch, dict) else None, _scratch_shadow(scratch),
          "model.scratch.extra is for the config values the recipe has no key for"),
     ]
     return [

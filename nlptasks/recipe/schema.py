@@ -132,12 +132,18 @@ class ScratchConfig(Section):
     )
     min_frequency: int = Field(2, ge=1, description="Keep tokens seen at least this many times.")
     lowercase: bool = Field(False, description="Lower-case texts before building the vocabulary.")
-    layers: int = Field(2, ge=1, description="Number of transformer layers.")
-    hidden: int = Field(256, ge=8, description="Hidden size.")
-    heads: int = Field(4, ge=1, description="Attention heads (must divide hidden).")
-    intermediate: int = Field(1024, ge=8, description="Feed-forward size.")
+    layers: int = Field(
+        2, ge=1, description="Number of transformer layers, in the encoder and in the decoder (every layer count "
+        "the architecture has: T5's num_layers and num_decoder_layers, BART's encoder_layers and decoder_layers...)."
+    )
+    hidden: int = Field(256, ge=8, description="Hidden size (hidden_size, d_model, n_embd..., whatever the "
+                        "architecture calls it); each head's size is hidden / heads.")
+    heads: int = Field(4, ge=1, description="Attention heads (must divide hidden), in the encoder and the decoder.")
+    intermediate: int = Field(1024, ge=8, description="Feed-forward size, in the encoder and the decoder "
+                              "(intermediate_size, d_ff, encoder_ffn_dim and decoder_ffn_dim, n_inner...).")
     extra: dict[str, Any] = Field(
-        default_factory=dict, description="Further config keys passed to transformers' AutoConfig."
+        default_factory=dict, description="Further config keys passed to transformers' AutoConfig (not the sizes the "
+        "keys above set, under any of their names; a size field they cannot set must be given here)."
     )
 
     @model_validator(mode="after")

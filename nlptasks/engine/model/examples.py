@@ -10,7 +10,8 @@ their shape (a candidates axis, two encoded sides, an extra input of the task's 
 
 Each stored example is one model call's inputs for one example: every column of step 4's data
 whose name the model's forward takes (``input_ids``, ``attention_mask``, ``token_type_ids``, or a
-task's own), label fields left out, values as nested lists of any rank.  A task whose data encodes
+task's own), label fields left out, values as nested lists of any rank; for an encoder-decoder
+whose data holds only its target (a ``target`` label field), the decoder's inputs made from it.  A task whose data encodes
 two sides apart (``input_ids_a``, ``input_ids_b``: a bi-encoder) gives one example per side, under
 the model's own names.  Runs made before this file existed have ``peft_check.json`` (adapter runs)
 in the same form.
@@ -58,8 +59,27 @@ def example_rows(data: Any, model: Any, label_fields: Any = (), rows: int = ROWS
             continue
         for i in range(min(rows, len(ds))):
             row = ds[i]
-            inputs.append({n: _plain(row[n + suffix]) for n in names})
+            made = {n: _plain(row[n + suffix]) for n in names}
+            if not suffix and "decoder_input_ids" in takes and "decoder_input_ids" not in columns:
+                made.update(_decoder_inputs(model, row, label_fields))
+            inputs.append(made)
     return {"split": split, "inputs": inputs}
+
+
+def _decoder_inputs(model: Any, row: dict[str, Any], label_fields: Any) -> dict[str, Any]:
+    """An encoder-decoder's decoder side of one example when the task's data has only the target
+    (a label field of kind ``target``): ``decoder_input_ids`` as the model makes them from its
+    labels in training (shifted right, ``-100`` as padding); ``{}`` for any other model."""
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False) or not isinstance(label_fields, dict):
+        return {}
+    target = next((c for c, kind in label_fields.items() if kind == "target" and c in row), None)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    prepare = getattr(base, "prepare_decoder_input_ids_from_labels", None)
+    if target is None or prepare is None:
+        return {}
+    import torch
+
+    return {"decoder_input_ids": _plain(prepare(labels=torch.tensor([row[target]]))[0])}
 
 
 def write_examples(path: Path, data: Any, model: Any, label_fields: Any = ()) -> None:

@@ -165,6 +165,9 @@ def warn_remote_code(log: Any, name_or_path: str, trust: bool) -> None:
 
 
 def build_from_scratch(ctx: RunContext, cls: Any, **config: Any) -> Any:
+    """``cls`` (a transformers auto class) from ``[model.scratch]``'s config: the architecture
+    with every size field set from the recipe (:mod:`nlptasks.recipe.scratch`), sized to the
+    run's tokenizer, ``model.scratch.extra`` and then the head's ``config`` applied."""
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -185,16 +188,10 @@ def build_from_scratch(ctx: RunContext, cls: Any, **config: Any) -> Any:
     tokenizer = ctx.tokenizer
     if tokenizer is None:
         raise NlptasksError("internal error: build the tokenizer (step 4) before a from-scratch model")
-    values: dict[str, Any] = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": scratch.hidden,
-        "num_hidden_layers": scratch.layers,
-        "num_attention_heads": scratch.heads,
-        "intermediate_size": scratch.intermediate,
-        "max_position_embeddings": max(512, ctx.recipe.model.max_length + 2),
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    values.update(scratch.extra)
+    from nlptasks.recipe.scratch import config_values
+
+    # every size field of the architecture, its decoder's too (T5 num_decoder_layers, BART decoder_ffn_dim...)
+    values = config_values(scratch, len(tokenizer), tokenizer.pad_token_id, ctx.recipe.model.max_length)
     values.update(config)
     try:
         cfg = AutoConfig.for_model(scratch.architecture, **values)

@@ -128,10 +128,10 @@ def _table(out: Callable[[str], None], tokenizer: Any, ids: list[int], in_loss: 
     out(f"{indent}text: " + "".join(marked).replace("\n", "⏎"))
     if marked_loss:
         out(f"{indent}«...» marks the tokens in the loss")
-    out(f"{indent}{'pos':>4} {'id':>7}  {'loss':<4}  token")
+    out(f"{indent}{'pos':>4} {'id':>7}  " + ("loss  " if marked_loss else "") + "token")
     for pos, (tok, piece) in enumerate(zip(ids, pieces, strict=True)):
-        mark = (shown[pos] or "-") if marked_loss else ""
-        out(f"{indent}{pos:>4} {tok:>7}  {mark:<4}  {piece!r}")
+        mark = f"{shown[pos] or '-':<4}  " if marked_loss else ""
+        out(f"{indent}{pos:>4} {tok:>7}  {mark}{piece!r}")
 
 
 def _show_target(out: Callable[[str], None], tokenizer: Any, example: dict[str, Any], column: str) -> None:

@@ -3,7 +3,9 @@ reads any data: the problems that need the libraries or a model's ``config.json`
 pass and no weights.
 
 - ``[model.scratch]``: an architecture transformers knows; a model that fits this machine's
-  memory to train (a 10^8-layer model is refused here, not after minutes of allocation);
+  memory to train (a 10^8-layer model is refused here, not after minutes of allocation); no size
+  field of the architecture that the recipe's sizes cannot reach (a mixture-of-experts
+  feed-forward size: ``model.scratch.extra`` must set it);
 - ``model.max_length`` within the positions the model has (a local model's ``config.json``;
   a scratch model's ``max_position_embeddings`` when ``model.scratch.extra`` sets it);
 - ``train.extra``: built into ``TrainingArguments`` with the rest of ``[train]`` exactly as a run
@@ -43,6 +45,8 @@ def preflight_problems(loaded: LoadedRecipe) -> list[Problem]:
         problems += _architecture_problems(recipe)
         problems += _size_problems(recipe)
         if not problems:
+            problems += _alias_problems(recipe) + _unmapped_problems(recipe)
+        if not problems:
             problems += _scratch_build_problems(recipe, loaded.task.peft_task_type_for(loaded.options))
     problems += _position_problems(recipe)
     if recipe.train.extra:
@@ -72,12 +76,40 @@ def _architecture_problems(recipe: Recipe) -> list[Problem]:
                     "config 'model_type' names, e.g. 'bert', 'roberta', 'qwen2')")]
 
 
+def _alias_problems(recipe: Recipe) -> list[Problem]:
+    """``model.scratch.extra`` keys that the architecture's config makes one of the sizes the
+    ``[model.scratch]`` keys set (an ``attribute_map`` alias recipe validation's static table
+    does not know): one place for each setting, as for the names it knows."""
+    from nlptasks.recipe.scratch import size_key
+
+    s = recipe.model.scratch
+    assert s is not None
+    return [Problem(f"model.scratch.extra.{name}", f"is set by model.scratch.{key} ({s.architecture!r} calls that "
+                    f"size {name!r}): set it there (model.scratch.extra is for the config values the recipe has no key for)")
+            for name in s.extra if (key := size_key(s.architecture, name))]
+
+
+def _unmapped_problems(recipe: Recipe) -> list[Problem]:
+    """Size fields of the scratch architecture that ``[model.scratch]`` cannot set and
+    ``model.scratch.extra`` does not (see :mod:`nlptasks.recipe.scratch`): the run would leave them
+    at the architecture's defaults, whatever the recipe asks."""
+    from nlptasks.recipe.scratch import unmapped_size_fields
+
+    s = recipe.model.scratch
+    assert s is not None
+    left = {k: v for k, v in unmapped_size_fields(s.architecture).items() if k not in s.extra}
+    return [Problem(f"model.scratch.extra.{name}",
+                    f"{s.architecture!r} has a size field {name!r} (default {default!r}) that [model.scratch] does "
+                    f"not set; set it here (--set model.scratch.extra.{name}=...) so that the model is the size you ask")
+            for name, default in left.items()]
+
+
 # The auto class of the model a task's step 5 builds, by the peft task type the task declares
 # (the head's own values, e.g. ``classifier_dropout``, are read only by the head's code).
 _HEAD_CLASSES = {
     "SEQ_CLS": "AutoModelForSequenceClassification", "TOKEN_CLS": "AutoModelForTokenClassification",
     "QUESTION_ANS": "AutoModelForQuestionAnswering", "CAUSAL_LM": "AutoModelForCausalLM",
-    "FEATURE_EXTRACTION": "AutoModel",
+    "FEATURE_EXTRACTION": "AutoModel", "SEQ_2_SEQ_LM": "AutoModelForSeq2SeqLM",
 }
 
 
@@ -90,13 +122,11 @@ def _scratch_build_problems(recipe: Recipe, task_type: str | None) -> list[Probl
     import transformers
     from transformers import AutoConfig
 
+    from nlptasks.recipe.scratch import config_values
+
     s = recipe.model.scratch
     assert s is not None
-    values: dict[str, Any] = {
-        "vocab_size": max(s.vocab_size, 16), "hidden_size": s.hidden, "num_hidden_layers": s.layers,
-        "num_attention_heads": s.heads, "intermediate_size": s.intermediate,
-        "max_position_embeddings": max(512, recipe.model.max_length + 2), "pad_token_id": 0, **s.extra,
-    }
+    values = config_values(s, max(s.vocab_size, 16), 0, recipe.model.max_length)
     try:
         config = AutoConfig.for_model(s.architecture, **values)
     except Exception as exc:  # noqa: BLE001 - a config class's own validation, whatever it raises
