@@ -117,7 +117,7 @@ def test_a_server_holds_a_torch_run_and_an_onnx_export_at_once(cls_run, onnx_exp
 def test_a_backend_that_cannot_load_a_folder_says_what_to_use(cls_run, onnx_export):
     import nlptasks
 
-    with pytest.raises(nlptasks.NlptasksError, match="is a onnx export") as caught:
+    with pytest.raises(nlptasks.NlptasksError, match="is an export of the onnx backend; it holds no torch weights") as caught:
         nlptasks.load(onnx_export, backend="torch")
     assert "nlptasks infer --model" in caught.value.hint
     with pytest.raises(nlptasks.NlptasksError, match="has no model.onnx"):

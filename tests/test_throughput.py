@@ -86,7 +86,7 @@ def test_nonembedding_parameters_leave_out_embedding_tables():
 
 
 def test_measured_peak_is_cached_and_keeps_the_best(tmp_path, monkeypatch):
-    from nlptasks.engine.training.trainer import throughput
+    from nlptasks.engine.training import throughput
 
     monkeypatch.delenv("NLPTASKS_PEAK_TFLOPS", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

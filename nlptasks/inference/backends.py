@@ -66,8 +66,8 @@ def backend_for(run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions
         if other is not None:
             source = (manifest.get(other.name) or {}).get("exported_from") if isinstance(manifest.get(other.name), dict) else None
             raise NlptasksError(
-                f"--backend {backend.name}: {run_dir} is a {other.name} export; it holds no weights the "
-                f"{backend.name} backend loads",
+                f"--backend {backend.name}: {run_dir} is an export of the {other.name} backend; it holds no "
+                f"{backend.name} weights",
                 hint=(f"Use the run it came from: nlptasks infer --model {source}   (or leave out --backend)"
                       if source else "Leave out --backend (auto picks the folder's own backend)."),
             )

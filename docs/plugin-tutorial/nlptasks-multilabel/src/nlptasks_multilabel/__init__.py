@@ -316,10 +316,10 @@ class MultilabelPredictor:
         # the run's tokenizer and model: a fine-tuned model, or for a run with [peft] its base with
         # the adapter (the one `nlptasks infer --adapter NAME` chooses)
         self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification", options)
-        options = manifest.get("options", {})
-        self.text_column = manifest.get("text_column") or options.get("text_column", "text")
-        self.threshold = float(manifest.get("threshold", options.get("threshold", 0.5)))
-        self.max_length = options.max_length or manifest.get("max_length")
+        task_options = manifest.get("options", {})  # the recipe's [options] of the run
+        self.text_column = manifest.get("text_column") or task_options.get("text_column", "text")
+        self.threshold = float(manifest.get("threshold", task_options.get("threshold", 0.5)))
+        self.max_length = options.max_length or manifest.get("max_length")  # --max-length, else the run's
         self.batch_size = options.batch_size or 32
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
 
