@@ -27,6 +27,7 @@ naming the file and row.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from pathlib import Path
@@ -108,9 +109,9 @@ def register_tasks(register: Any) -> None:
 
 
 def numbered_columns(columns: list[str], prefix: str) -> list[str]:
-    """``prefix0, prefix1, ...`` among ``columns``, in order (``[]`` when there are none)."""
+    """``prefix0, prefix1, ...`` among ``columns``, in order, up to the first number missing."""
     found = {int(m.group(1)): c for c in columns if (m := re.fullmatch(re.escape(prefix) + r"(\d+)", c))}
-    return [found[i] for i in range(len(found)) if i in found]
+    return [found[i] for i in itertools.takewhile(found.__contains__, itertools.count())]
 
 
 def candidates(row: dict[str, Any], opts: ChoiceOptions, numbered: list[str]) -> list[Any] | str:
@@ -344,18 +345,20 @@ class ChoicePredictor:
         self.batch_size = batch_size
         self.collate = ChoiceCollator(self.tokenizer)
 
-    def _spread(self, item: Any) -> Any:
+    def _spread(self, item: Any, number: int) -> Any:
         """A row holding its candidates as one list → the same row with numbered columns."""
-        if isinstance(item, dict) and isinstance(item.get(self.choices_column), list):
-            spread = dict(zip(self.fields[1:], item[self.choices_column], strict=False))
-            return {**{k: v for k, v in item.items() if k != self.choices_column}, **spread}
-        return item
+        if not (isinstance(item, dict) and isinstance(item.get(self.choices_column), list)):
+            return item
+        texts = item[self.choices_column]
+        if len(texts) != self.n:
+            raise DataError(f"{len(texts)} candidates in {self.choices_column!r}; this run takes {self.n}", row=number)
+        return {**{k: v for k, v in item.items() if k != self.choices_column}, **dict(zip(self.fields[1:], texts, strict=True))}
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
         import numpy as np
         import torch
 
-        rows = input_fields([self._spread(x) for x in inputs], self.fields)
+        rows = input_fields([self._spread(x, i) for i, x in enumerate(inputs, start=1)], self.fields)
         if not rows:
             return []
         contexts = [row[self.fields[0]] for row in rows]
