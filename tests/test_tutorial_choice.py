@@ -3,10 +3,11 @@ against ``nlptasks.plugin`` alone, on real English data (a CODAH split) with the
 MiniLM-L6.  Its examples are N sequences each: features ``(num_choices, tokens)``, batches
 ``(batch, num_choices, tokens)``, one axis more than the built-in tasks'.
 
-These tests describe what every command should do with such a task, end to end: run (above
-chance), eval (the run's own test metrics), infer (one rule for inputs, batched = one at a time),
-serve, inspect-batch, export --onnx (fp32 equal to torch), LoRA, tune.  Where the engine assumes
-``(batch, tokens)`` inputs they fail, and say where.
+These tests show what every command does with such a task, end to end: run (above chance, in
+the slow tier), eval (the run's own test metrics), infer (one rule for inputs, batched = one at a
+time), serve, inspect-batch (each candidate), export --onnx (fp32 equal to torch, eval of the export
+equal to eval of the run), LoRA, tune.  The mechanics run on a few steps of training (FAST); what
+the model learns is checked on QUICK, in the slow tier.
 
 Loaded in-process with ``nlptasks.testing.plugin_host`` (no installation).
 """
@@ -41,7 +42,8 @@ MODEL = f"model.name_or_path={gt.MODEL_DIR}"
 # docs/plugin-tutorial/nlptasks-choice/recipe.toml.
 QUICK = (MODEL, "data.max_train_rows=400", "data.max_eval_rows=100", "train.epochs=2", "train.learning_rate=1e-4")
 QUICK_ACCURACY_FLOOR = 0.35
-EVAL_ROWS = ("--set", "data.max_eval_rows=100")  # eval reads the file as the run's test split was read
+FAST = (MODEL, "data.max_train_rows=32", "data.max_eval_rows=24", "train.max_steps=4")
+EVAL_ROWS = ("--set", "data.max_eval_rows=24")  # eval reads the file as the FAST run's test split was read
 TINY_RUN = (MODEL, "data.max_train_rows=16", "data.max_eval_rows=8", "train.max_steps=2", "train.eval_strategy=no",
             "train.keep_best=false")
 TIMINGS = {"runtime", "samples_per_second", "steps_per_second", "epoch"}
@@ -61,6 +63,12 @@ def host():
 @pytest.fixture(scope="module")
 def quick_run(host, tmp_path_factory):
     return run_recipe(RECIPE, *QUICK, host=host, folder=tmp_path_factory.mktemp("choice"))
+
+
+@pytest.fixture(scope="module")
+def fast_run(host, tmp_path_factory):
+    """A few steps of training: enough for every command's mechanics (not for accuracy)."""
+    return run_recipe(RECIPE, *FAST, host=host, folder=tmp_path_factory.mktemp("choice-fast"))
 
 
 def validation_rows(n: int) -> list[dict]:
@@ -128,6 +136,7 @@ def test_validate_names_the_options(host):
 # --- run: learns, above chance ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_quick_run_learns_above_chance(quick_run):
     metrics = quick_run.metrics
     assert quick_run.manifest["num_choices"] == 4
@@ -140,20 +149,20 @@ def test_the_quick_run_learns_above_chance(quick_run):
 # --- eval: the run's own test file gives back its test metrics --------------------------------------
 
 
-def test_eval_of_the_test_file_equals_the_runs_test_metrics(quick_run, host, tmp_path):
+def test_eval_of_the_test_file_equals_the_runs_test_metrics(fast_run, host, tmp_path):
     out = tmp_path / "eval"
-    code, stdout, err = run_cli("eval", quick_run.output_dir, "--data", DATA / "test.csv", "--output", out,
+    code, stdout, err = run_cli("eval", fast_run.output_dir, "--data", DATA / "test.csv", "--output", out,
                                 *EVAL_ROWS, host=host)
     assert code == 0, err
     got = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    expected = {k: v for k, v in quick_run.metrics["test"].items() if k not in TIMINGS}
+    expected = {k: v for k, v in fast_run.metrics["test"].items() if k not in TIMINGS}
     scored = {k: v for k, v in got["test"].items() if k not in TIMINGS}
     assert set(scored) == set(expected)
     for key, value in expected.items():
         assert scored[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     errors = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(errors) == round((1 - expected["accuracy"]) * got["examples"]) == got["errors"]
-    first = csv_rows(100)[errors[0]["row"] - 1]  # csv rows: 1-based, header excluded
+    first = csv_rows(24)[errors[0]["row"] - 1]  # csv rows: 1-based, header excluded
     assert errors[0]["context"] == first["context"] and errors[0]["gold"] == int(first["label"])
     assert errors[0]["gold"] != errors[0]["predicted"] and len(errors[0]["choices"]) == 4
 
@@ -161,13 +170,13 @@ def test_eval_of_the_test_file_equals_the_runs_test_metrics(quick_run, host, tmp
 # --- infer: one rule for inputs; a batch answers as one input at a time -----------------------------
 
 
-def test_the_predictor_reads_every_input_shape_alike(quick_run):
+def test_the_predictor_reads_every_input_shape_alike(fast_run):
     row = csv_rows(1)[0]
     choices = [row[f"choices{i}"] for i in range(4)]
-    as_args = quick_run.predict([row["context"], *choices])  # N + 1 consecutive strings: one input
-    as_tab = quick_run.predict(["\t".join([row["context"], *choices])])
-    as_csv_row = quick_run.predict([row])
-    as_jsonl_row = quick_run.predict([{"context": row["context"], "choices": choices, "label": 0}])
+    as_args = fast_run.predict([row["context"], *choices])  # N + 1 consecutive strings: one input
+    as_tab = fast_run.predict(["\t".join([row["context"], *choices])])
+    as_csv_row = fast_run.predict([row])
+    as_jsonl_row = fast_run.predict([{"context": row["context"], "choices": choices, "label": 0}])
     assert as_args == as_tab == as_csv_row == as_jsonl_row and len(as_args) == 1
     answer = as_args[0]
     assert set(answer) == {"context", "choices", "label", "answer", "scores"}
@@ -177,17 +186,17 @@ def test_the_predictor_reads_every_input_shape_alike(quick_run):
     from nlptasks.plugin import DataError
 
     with pytest.raises(DataError, match="4 text\\(s\\) given; each input is 5 texts"):
-        quick_run.predict(HUNGRY[:4])
+        fast_run.predict(HUNGRY[:4])
     with pytest.raises(DataError, match="3 candidates in 'choices'; this run takes 4"):
-        quick_run.predict([{"context": "c", "choices": ["a", "b", "c"]}])
+        fast_run.predict([{"context": "c", "choices": ["a", "b", "c"]}])
 
 
-def test_a_batch_answers_as_one_input_at_a_time(quick_run, host):
+def test_a_batch_answers_as_one_input_at_a_time(fast_run, host):
     import nlptasks
 
     rows = validation_rows(40)  # jsonl rows: the candidates as one list
     with using_host(host):
-        predictor = nlptasks.load(quick_run.output_dir)
+        predictor = nlptasks.load(fast_run.output_dir)
     predictor.batch_size = 16
     batched = predictor(rows)
     alone = [predictor([row])[0] for row in rows]
@@ -196,12 +205,12 @@ def test_a_batch_answers_as_one_input_at_a_time(quick_run, host):
         assert b["scores"] == pytest.approx(a["scores"], abs=1e-4)
 
 
-def test_infer_on_the_command_line_and_a_file(quick_run, host, tmp_path):
-    code, out, err = run_cli("infer", "--model", quick_run.output_dir, *HUNGRY, host=host)
+def test_infer_on_the_command_line_and_a_file(fast_run, host, tmp_path):
+    code, out, err = run_cli("infer", "--model", fast_run.output_dir, *HUNGRY, host=host)
     assert code == 0, err
     (line,) = out.splitlines()
     assert json.loads(line)["choices"] == HUNGRY[1:]
-    code, out, err = run_cli("infer", "--model", quick_run.output_dir, "--file", DATA / "test.csv", host=host)
+    code, out, err = run_cli("infer", "--model", fast_run.output_dir, "--file", DATA / "test.csv", host=host)
     assert code == 0, err
     assert len(out.splitlines()) == 300
 
@@ -209,7 +218,7 @@ def test_infer_on_the_command_line_and_a_file(quick_run, host, tmp_path):
 # --- serve: one request through the HTTP app ------------------------------------------------------
 
 
-def test_serve_answers_what_the_predictor_answers(quick_run, host):
+def test_serve_answers_what_the_predictor_answers(fast_run, host):
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
@@ -222,8 +231,8 @@ def test_serve_answers_what_the_predictor_answers(quick_run, host):
                 ["\t".join(HUNGRY), {"context": "The cake is in the oven. It", "choices": ["bakes.", "sings.", "runs.",
                                                                                          "flies."]}]]
     with using_host(host):
-        state = ServerState(load_models([quick_run.output_dir], ["choice"]), ServeSettings())
-        expected = [nlptasks.load(quick_run.output_dir)(inputs) for inputs in requests]
+        state = ServerState(load_models([fast_run.output_dir], ["choice"]), ServeSettings())
+        expected = [nlptasks.load(fast_run.output_dir)(inputs) for inputs in requests]
         try:
             with TestClient(create_app(state)) as client:
                 answers = [client.post("/v1/predict/choice", json={"inputs": inputs}) for inputs in requests]
@@ -243,23 +252,25 @@ def test_inspect_batch_shows_each_candidate_and_the_label(host):
                              *sets(MODEL, "data.max_train_rows=8", "data.max_eval_rows=8"), host=host)
     assert code == 0, err
     assert "labels: labels (example)" in out
-    assert "have some" in out or "example 1 (row 1)" in out  # the example is shown, token by token
-    assert "ok: every example of train, validation, test has labels for the loss" in out
+    assert "in 4 sequences" in out  # the example's candidates, each shown token by token
+    shown = [line for line in out.splitlines() if line.strip().startswith("sequence ")]
+    assert [line.split(":")[0].strip() for line in shown] == [f"sequence {i} of 4" for i in range(1, 5)]
+    assert "[CLS]" in out and "ok: every example of train, validation, test has labels for the loss" in out
 
 
 # --- export --onnx: fp32 predicts as torch does; eval of the export = eval of the run ---------------
 
 
-def test_onnx_export_predicts_and_scores_as_the_run(quick_run, host, tmp_path):
+def test_onnx_export_predicts_and_scores_as_the_run(fast_run, host, tmp_path):
     pytest.importorskip("onnxruntime")
     import nlptasks
 
     out = tmp_path / "onnx"
-    code, _, err = run_cli("export", quick_run.output_dir, "--onnx", out, host=host)
+    code, _, err = run_cli("export", fast_run.output_dir, "--onnx", out, host=host)
     assert code == 0, err
     rows = validation_rows(24)
     with using_host(host):
-        torch_predictor = nlptasks.load(quick_run.output_dir, backend="torch", precision="fp32")
+        torch_predictor = nlptasks.load(fast_run.output_dir, backend="torch", precision="fp32")
         onnx_predictor = nlptasks.load(out)
         assert type(onnx_predictor.model).__name__ == "OnnxModel"
         ours, theirs = torch_predictor(rows), onnx_predictor(rows)
@@ -267,7 +278,7 @@ def test_onnx_export_predicts_and_scores_as_the_run(quick_run, host, tmp_path):
     for a, b in zip(ours, theirs, strict=True):
         assert a["scores"] == pytest.approx(b["scores"], abs=1e-4)
     scored = []
-    for folder in (quick_run.output_dir, out):
+    for folder in (fast_run.output_dir, out):
         target = tmp_path / f"eval-{folder.name}"
         code, _, err = run_cli("eval", folder, "--data", DATA / "test.csv", "--output", target, *EVAL_ROWS, host=host)
         assert code == 0, err

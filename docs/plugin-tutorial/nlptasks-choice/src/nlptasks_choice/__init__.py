@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
+    LoadOptions,
     DataError,
     Evaluation,
     RunContext,
@@ -334,15 +335,16 @@ class ChoicePredictor:
     ``answer`` its text, ``scores`` every candidate's probability (a softmax over the N).
     """
 
-    def __init__(self, run_dir: Path, manifest: dict[str, Any], batch_size: int = 16) -> None:
-        # the run's tokenizer and model: fine-tuned, or for a run with [peft] the base and adapter
-        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForMultipleChoice")
+    def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
+        # the run's tokenizer and model, through the backend the options chose: fine-tuned, for a
+        # run with [peft] the base and adapter, or an ONNX export
+        self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForMultipleChoice", options)
         self.n = int(manifest["num_choices"])
         self.context_column = manifest.get("context_column", "context")
         self.choices_column = manifest.get("choices_column", "choices")
         self.fields = [self.context_column, *(f"{self.choices_column}{i}" for i in range(self.n))]
-        self.max_length = manifest.get("max_length")
-        self.batch_size = batch_size
+        self.max_length = options.max_length or manifest.get("max_length")  # --max-length, else the run's
+        self.batch_size = options.batch_size or 16  # --batch-size, else 16 examples (64 sequences)
         self.collate = ChoiceCollator(self.tokenizer)
 
     def _spread(self, item: Any, number: int) -> Any:
@@ -384,7 +386,7 @@ class ChoicePredictor:
 
 
 @hookimpl
-def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any]) -> Any:
+def nlptasks_load_predictor(run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> Any:
     if manifest.get("task") != TASK:
         return None
-    return ChoicePredictor(run_dir, manifest)
+    return ChoicePredictor(run_dir, manifest, options)
