@@ -203,16 +203,17 @@ class TaskFormatWriter:
 
 def predict_chunk(predictor: Callable[[list[Any]], list[dict[str, Any]]], chunk: list[Any], done: int = 0,
                   source: str | None = None) -> list[dict[str, Any]]:
-    """``predictor(chunk)``, checked: one result per input (or one per two plain lines, for a task
-    that reads consecutive strings as the fields of one input); a :class:`DataError` naming a row of
-    the chunk names the row of the whole input (``done`` inputs came before) in ``source``."""
+    """``predictor(chunk)``, checked: one result per input (or one per k plain strings, for a task
+    that reads k consecutive strings as the fields of one input: a pair's two texts, a question's
+    candidates); a :class:`DataError` naming a row of the chunk names the row of the whole input
+    (``done`` inputs came before) in ``source``."""
     try:
         results = predictor(chunk)
     except DataError as exc:
         if exc.row is None or exc.path is not None:
             raise
         raise DataError(exc.message.split(": ", 1)[-1], path=source, row=done + exc.row, hint=exc.hint) from None
-    if not isinstance(results, list) or (len(results) != len(chunk) and not _pairs_of_lines(chunk, results)):
+    if not isinstance(results, list) or (len(results) != len(chunk) and not _fields_of_lines(chunk, results)):
         count = len(results) if isinstance(results, list) else type(results).__name__
         raise NlptasksError(f"the predictor returned {count} results for {len(chunk)} inputs",
                             hint="A predictor returns a list with one dict per input, in order (nlptasks.Predictor).")
@@ -257,9 +258,10 @@ def stream_predictions(
     return done
 
 
-def _pairs_of_lines(chunk: list[Any], results: list[Any]) -> bool:
-    """A predictor may take plain lines two at a time (two texts per input): half as many results is right."""
-    return all(isinstance(x, str) for x in chunk) and len(results) * 2 == len(chunk)
+def _fields_of_lines(chunk: list[Any], results: list[Any]) -> bool:
+    """A predictor may read plain strings k at a time (the fields of one input): a k-th as many
+    results is right."""
+    return bool(results) and all(isinstance(x, str) for x in chunk) and len(chunk) % len(results) == 0
 
 
 def open_output(path: Path | None) -> TextIO:
