@@ -223,7 +223,7 @@ def test_peft_methods_train_or_are_refused_by_validate(method, host, tmp_path):
         run_dir = tmp_path / "qa" / "a"
         code, out, err = run_cli("export", run_dir, "--merge", tmp_path / "merged", host=host)
         assert code == 0, err  # the span head's start and end logits compared before and after
-        assert "same predictions on 4 stored inputs" in out
+        assert "same predictions on 8 stored inputs" in out
         ours = run_cli("infer", "--model", run_dir, "问题", "上下文里没有答案", host=host)[1]
         merged = run_cli("infer", "--model", tmp_path / "merged", "问题", "上下文里没有答案", host=host)[1]
         assert json.loads(ours)["answer"] == json.loads(merged)["answer"]

@@ -278,6 +278,12 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
             "pass would not be a model `infer` can use",
             hint=f"Serve it with torch: nlptasks infer --model {run_dir}   (ONNX export covers encoder tasks)",
         )
+    from nlptasks.engine.model.introspect import accepted_inputs
+
+    if "input_ids" not in accepted_inputs(model):
+        raise NlptasksError(f"--onnx: {run_dir} holds a {type(model).__name__}, which takes no input_ids; this "
+                            f"exporter traces text models (the {manifest.get('task')!r} task's is not one)",
+                            hint=f"Use the run with torch: nlptasks infer --model {run_dir}")
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     samples = Samples(run_dir, model, tokenizer)
     names = samples.names

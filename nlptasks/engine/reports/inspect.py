@@ -159,6 +159,13 @@ def show(ctx: RunContext, data: Any, split: str, rows: int, out: Callable[[str],
     if split not in data:
         raise NlptasksError(f"no {split!r} split after preprocessing (splits: {', '.join(data)})")
     ds = data[split]
+    if "input_ids" not in ds.column_names:
+        columns = ", ".join(c for c in ds.column_names if c != ROW_COLUMN)
+        raise NlptasksError(
+            f"inspect-batch shows examples token by token, and the {ctx.task.name!r} task's preprocessed {split} "
+            f"examples have no input_ids (columns: {columns})",
+            hint="inspect-batch applies to tasks whose step 4 gives token ids; `nlptasks check RECIPE` still checks the data.",
+        )
     columns = label_columns(ctx, ds, split)
     per_token = {c: k for c, k in columns.items() if k in ("token", "position")}
     where = ctx.sources.get(split, split)

@@ -150,7 +150,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
     questions = {split: [str(q) for q in ds[opts.question_column]] for split, ds in data.items()}
     contexts = {split: [str(c) for c in ds[opts.context_column]] for split, ds in data.items()}
-    tokenizer = get_tokenizer(ctx, corpus=questions["train"] + contexts["train"])  # built from train when from scratch
+    # built from train when from scratch; `nlptasks eval` (no train split) gets the run's own
+    corpus = questions["train"] + contexts["train"] if "train" in data else None
+    tokenizer = get_tokenizer(ctx, corpus=corpus)
     if not getattr(tokenizer, "is_fast", False):
         raise NlptasksError("qa needs a fast tokenizer (character offsets); this model has a slow one",
                             hint="Pick a model with a tokenizer.json, or use [model.scratch].")
