@@ -1,4 +1,7 @@
-"""Shared fixtures: paths to our recipes and the shared real data, and a tiny-model CLI runner.
+"""Shared fixtures: paths to our recipes and the shared real data, the in-process CLI, tiny runs
+(``runs``: a folder per test module; :func:`tiny_run`: train a recipe on a tiny model through the
+CLI), subprocesses guarded against hangs instead of timed (:func:`run_process`), and what the
+server tests share.
 
 Plugins load in isolation: the process's plugin host holds nlptasks' own task plugins and
 nothing else installed (``nlptasks.testing.plugin_host``), and subprocesses load only those
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -70,6 +74,74 @@ def cli(capsys):
         return code, captured.out, captured.err
 
     return call
+
+
+# -- tiny runs -------------------------------------------------------------------------------------
+
+TINY_DECODER = ["model.scratch.layers=1", "model.scratch.hidden=64", "model.scratch.heads=2",
+                "model.scratch.intermediate=128", "model.scratch.min_frequency=1"]
+"""What :data:`TINY` is for the encoders, for a decoder (``sft``): seconds-long runs."""
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory) -> Path:
+    """A fresh folder for the runs of one test module (their ``output.dir``): a run trained into it
+    once serves every test of the module that asks for it."""
+    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_") + "-runs")
+
+
+def set_args(*items: str) -> list[str]:
+    """``--set`` arguments: ``set_args("a=1", "b=2")`` → ``["--set", "a=1", "--set", "b=2"]``."""
+    return [arg for item in items for arg in ("--set", item)]
+
+
+class RunFolder(type(Path())):
+    """The folder of a run :func:`tiny_run` trained (a :class:`~pathlib.Path`), with what ``nlptasks
+    run`` printed (``out``, ``err``) and its command line (``argv``: ``cli(*run.argv, "--resume")``)."""
+
+    out: str = ""
+    err: str = ""
+    argv: tuple[str, ...] = ()
+
+
+def tiny_run(folder: Path, recipe: str | Path, name: str, *sets: str, tiny: Sequence[str] = TINY,
+             epochs: int | None = 1, exit_code: int = 0) -> RunFolder:
+    """Train ``recipe`` in-process through the CLI, ``nlptasks run RECIPE --no-progress`` with the
+    overrides ``tiny``, ``train.epochs=EPOCHS`` (none when ``None``), ``output.dir=FOLDER``,
+    ``output.run_name=NAME``, then ``sets`` (a later key wins); assert it exited ``exit_code`` (the
+    run's stderr in the message) and return its folder, ``FOLDER/<task>/NAME``.
+
+    ``recipe``: a file name under recipes/ (``"cls.toml"``, ``"hub/x.toml"``) or an absolute path;
+    the task is the recipe's (or a ``task=`` override's).  ``tiny=()`` keeps the recipe's model.
+    """
+    from nlptasks.recipe import parse_override, read_toml
+    from nlptasks.testing import run_cli
+
+    path = RECIPES / recipe
+    overrides = [*tiny, *([f"train.epochs={epochs}"] if epochs is not None else []), f"output.dir={folder}",
+                 f"output.run_name={name}", *sets]
+    task = read_toml(path).get("task")
+    for item in overrides:
+        key, value = parse_override(item)
+        if key == ["task"]:
+            task = value
+    argv = ("run", str(path), "--no-progress", *set_args(*overrides))
+    code, out, err = run_cli(*argv)
+    assert code == exit_code, f"nlptasks {' '.join(argv)}: exit {code}, not {exit_code}\n{err}"
+    run_dir = RunFolder(Path(folder) / str(task) / name)
+    if exit_code == 0:
+        assert (run_dir / "COMPLETE").exists(), f"{run_dir} is no complete run\n{err}"
+    run_dir.out, run_dir.err, run_dir.argv = out, err, argv
+    return run_dir
+
+
+# Inputs of the parity and export tests (tests/test_parity.py, tests/test_onnx.py).
+# Lengths from 1 character to past max_length (64 tokens in TINY), in no particular order.
+CLS_TEXTS = ["好", "房间又脏又吵，太差了，再也不来了！！", "服务很好", "差" * 3, "这家酒店服务很好，房间也干净，早餐丰富" * 5,
+             "前台态度一般", "位置不错但是隔音很差，晚上睡不好，早餐也很一般", "还行", "不推荐"]
+PAIRS = [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票"), ("好", "好的"),
+         ("可以带宠物入住吗？我家有一只小狗", "宠物能不能带进房间"), ("退房时间是几点", "几点之前要退房，可以延迟退房吗，要加钱吗"),
+         ("密码忘了", "怎么重置密码")]
 
 
 @pytest.fixture
@@ -174,3 +246,5 @@ def run_process(command: list[str], input: str | None = None, idle_s: float = ID
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
     out, err = communicate(proc, input, idle_s)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+

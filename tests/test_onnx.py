@@ -13,21 +13,15 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from conftest import ROOT  # noqa: E402
-from test_parity import CLS_TEXTS, PAIRS, TINY_DECODER, train  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return tmp_path_factory.mktemp("onnx-runs")
-
+from conftest import CLS_TEXTS, PAIRS, ROOT, TINY_DECODER, tiny_run  # noqa: E402
 
 _RUNS: dict[str, Path] = {}
 
 
 def _run(runs: Path, key: str, recipe: str, *sets: str, **kw) -> Path:  # noqa: ANN003
+    """The tiny run ``key`` of this module, trained by the first test that asks for it."""
     if key not in _RUNS or not _RUNS[key].exists():
-        _RUNS[key] = train(runs, recipe, key, *sets, **kw)
+        _RUNS[key] = tiny_run(runs, recipe, key, *sets, **kw)
     return _RUNS[key]
 
 
