@@ -113,6 +113,8 @@ def tiny_run(folder: Path, recipe: str | Path, name: str, *sets: str, tiny: Sequ
 
     ``recipe``: a file name under recipes/ (``"cls.toml"``, ``"hub/x.toml"``) or an absolute path;
     the task is the recipe's (or a ``task=`` override's).  ``tiny=()`` keeps the recipe's model.
+    The run uses the process's plugin host; a test with a host of its own uses
+    :func:`nlptasks.testing.run_recipe`.
     """
     from nlptasks.recipe import parse_override, read_toml
     from nlptasks.testing import run_cli
@@ -142,24 +144,6 @@ CLS_TEXTS = ["好", "房间又脏又吵，太差了，再也不来了！！", "�
 PAIRS = [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票"), ("好", "好的"),
          ("可以带宠物入住吗？我家有一只小狗", "宠物能不能带进房间"), ("退房时间是几点", "几点之前要退房，可以延迟退房吗，要加钱吗"),
          ("密码忘了", "怎么重置密码")]
-
-
-@pytest.fixture
-def run_recipe(cli, tmp_path):
-    """Train a recipe with the tiny model into ``tmp_path``; return the run directory."""
-
-    def call(recipe: Path | str, *overrides: str, tiny: bool = True) -> Path:
-        sets = [*(TINY if tiny else []), f"output.dir={tmp_path / 'runs'}", "output.run_name=t", *overrides]
-        argv = ["run", str(recipe), "--no-progress"]
-        for s in sets:
-            argv += ["--set", s]
-        code, out, err = cli(*argv)
-        assert code == 0, err
-        run_dirs = list((tmp_path / "runs").glob("*/t"))
-        assert len(run_dirs) == 1
-        return run_dirs[0]
-
-    return call
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -247,4 +231,12 @@ def run_process(command: list[str], input: str | None = None, idle_s: float = ID
     out, err = communicate(proc, input, idle_s)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
+
+
+def nlptasks(*args, cwd: Path | None = None, input: str | None = None, **kwargs):
+    """``nlptasks ARGS...`` in a fresh process, like a user (``python -m nlptasks``): a
+    :class:`subprocess.CompletedProcess` from :func:`run_process` (it waits as long as it works)."""
+    import sys
+
+    return run_process([sys.executable, "-m", "nlptasks", *map(str, args)], input=input, cwd=cwd, **kwargs)
 
