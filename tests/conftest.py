@@ -240,3 +240,30 @@ def nlptasks(*args, cwd: Path | None = None, input: str | None = None, **kwargs)
 
     return run_process([sys.executable, "-m", "nlptasks", *map(str, args)], input=input, cwd=cwd, **kwargs)
 
+
+def wait_for(ready, proc, idle_s: float = IDLE_S, poll_s: float = 0.1) -> None:
+    """Wait until ``ready()`` is true while ``proc`` works toward it: fails (and ends the process)
+    when the process exits first, or when it (with its children) has used no CPU for ``idle_s``
+    seconds, never because it is slow."""
+    import time
+
+    def output() -> str:
+        out, err = proc.communicate()
+        return "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (out or "", err or ""))[-3000:]
+
+    watch = Path("/proc/self/stat").exists()  # without /proc: a plain, generous wait
+    last, still_since = (_cpu_ticks(proc.pid) if watch else 0), time.monotonic()
+    checked = still_since
+    while not ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"{' '.join(map(str, proc.args))} exited {proc.returncode} first\n{output()}")
+        now = time.monotonic()
+        if watch and now - checked >= 1:  # the CPU use of the process tree, once a second
+            checked, ticks = now, _cpu_ticks(proc.pid)
+            if ticks != last:
+                last, still_since = ticks, now
+        if now - still_since > (idle_s if watch else idle_s * 6):
+            _kill_tree(proc)
+            raise AssertionError(f"{' '.join(map(str, proc.args))}: no CPU used for {idle_s:g} s: hung\n{output()}")
+        time.sleep(poll_s)
+

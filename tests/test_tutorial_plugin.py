@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TINY, read_metrics, write_csv
+from conftest import ROOT, TINY, read_metrics, run_process, write_csv
 from nlptasks.errors import DataError, RecipeError
 
 TUTORIALS = ROOT / "docs" / "plugin-tutorial"
@@ -47,10 +47,7 @@ def _env(site: Path | None = None) -> dict[str, str]:
 
 def _python(*args: str, cwd: Path | None = None, check: bool = True, site: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=_env(site), capture_output=True, text=True, encoding="utf-8",
-        timeout=300,
-    )
+    proc = run_process([sys.executable, *args], cwd=cwd, env=_env(site), encoding="utf-8")
     if check:
         assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
