@@ -12,6 +12,7 @@ nothing else installed (``nlptasks.testing.plugin_host``), and subprocesses load
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -267,3 +268,68 @@ def wait_for(ready, proc, idle_s: float = IDLE_S, poll_s: float = 0.1) -> None:
             raise AssertionError(f"{' '.join(map(str, proc.args))}: no CPU used for {idle_s:g} s: hung\n{output()}")
         time.sleep(poll_s)
 
+
+# -- the server tests (tests/test_serve_openai.py, tests/test_serve_page.py) -----------------------
+
+QUESTION = "湖畔酒店几点可以入住？"
+_SMALL = ["data.max_train_rows=64", "data.max_eval_rows=8"]
+SERVED = {"sft": [*_SMALL, "peft.method=none", "options.generation_eval.rows=2"], "cls": _SMALL, "ner": _SMALL,
+          "pair": _SMALL}
+"""The overrides of each task's tiny quickstart run that the server tests serve."""
+
+
+@pytest.fixture(scope="session")
+def served_run(tmp_path_factory):
+    """``served_run(task)``: a tiny 1-epoch run of ``recipes/<task>.toml`` (:data:`SERVED`), trained
+    once per test session (seconds) for whichever server test asks first."""
+    folder = tmp_path_factory.mktemp("serve-runs")
+    done: dict[str, Path] = {}
+
+    def get(task: str) -> Path:
+        if task not in done:
+            done[task] = tiny_run(folder, f"{task}.toml", "t", *SERVED[task])
+        return done[task]
+
+    return get
+
+
+def serve_state(runs: dict[str, Path], api_key: str | None = None):
+    """The :class:`ServerState` ``nlptasks serve RUN... --name NAME...`` builds for these runs."""
+    from nlptasks.serve.models import load_models
+    from nlptasks.serve.state import ServerState, ServeSettings
+
+    return ServerState(models=load_models(list(runs.values()), list(runs)), settings=ServeSettings(api_key=api_key))
+
+
+def build_app(state):
+    """The server's app (``nlptasks serve`` runs it): predict, models, the OpenAI routes, the page."""
+    from nlptasks.serve.app import create_app
+
+    return create_app(state)
+
+
+@contextlib.contextmanager
+def running(app):
+    """``app`` on uvicorn in a thread, on a free port of 127.0.0.1; yields the base URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + IDLE_S  # a hang guard: starting takes well under a second
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
