@@ -46,8 +46,8 @@ def test_ten_thousand_lines_stream_through_in_order(cls_run, cli, tmp_path):
 def test_streaming_reads_at_most_one_chunk_ahead(cls_run, tmp_path):
     """The file reader is lazy and each chunk's results are written before the next chunk is read:
     the rows read so far never exceed the rows written by more than one chunk."""
-    from nlptasks.pipeline import load_predictor
     from nlptasks.inference.streaming import iter_rows, stream_predictions
+    from nlptasks.pipeline import load_predictor
 
     src = lines_file(tmp_path / "big.txt", 5_000)
     size = src.stat().st_size

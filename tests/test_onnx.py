@@ -194,8 +194,8 @@ def test_backend_choice_errors(runs, cli, tmp_path):
 def test_missing_onnxruntime_is_a_clear_error(monkeypatch, tmp_path):
     import sys
 
-    from nlptasks.inference.onnx_backend import require_onnxruntime
     from nlptasks.errors import NlptasksError
+    from nlptasks.inference.onnx_backend import require_onnxruntime
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(NlptasksError) as info:

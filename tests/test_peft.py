@@ -222,8 +222,8 @@ def test_prompt_init_text(train, cli, tmp_path):
 def test_base_only_and_adapter_differ(train, cli):
     """The adapter matters: the check inputs give other logits without it (so the merge check
     below compares something)."""
-    from nlptasks.plugin import load_trained_model
     from nlptasks.inference.merge import model_outputs
+    from nlptasks.plugin import load_trained_model
 
     run_dir = train("cls", "lora")
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
@@ -286,8 +286,8 @@ def test_adapter_flags_on_a_full_run(cli, tmp_path):
 def test_export_merge(task_id, method, train, cli, tmp_path):
     import transformers
 
-    from nlptasks.plugin import load_trained_model
     from nlptasks.inference.merge import compare_outputs, model_outputs
+    from nlptasks.plugin import load_trained_model
 
     task = BY_ID[task_id]
     run_dir = train(task_id, method)
@@ -398,8 +398,8 @@ def test_a_task_without_a_peft_task_type_refuses_peft():
 
     from nlptasks import TaskSpec, hookimpl
     from nlptasks.errors import RecipeError
-    from nlptasks.testing import plugin_host
     from nlptasks.pipeline import load_recipe
+    from nlptasks.testing import plugin_host
 
     class NoOpts(BaseModel):
         model_config = ConfigDict(extra="forbid")

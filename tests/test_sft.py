@@ -173,9 +173,7 @@ def test_packed_batch_has_the_same_loss_as_the_padded_batch():
 
 
 def test_packing_refuses_a_model_whose_attention_crosses_examples():
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from transformers import DataCollatorWithFlattening
+    from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorWithFlattening
 
     from nlptasks import RecipeError
     from nlptasks.plugin import use_segment_attention
@@ -338,7 +336,7 @@ def test_memorization_greedy_generation_reproduces_the_answers(memorized, cli, t
     results = [json.loads(line) for line in out.splitlines()]
     assert len(results) == 32
     exact = sum(res["response"] == r["output"] for res, r in zip(results, rows, strict=True))
-    assert exact >= 30, [(res["response"], r["output"]) for res, r in zip(results, rows) if res["response"] != r["output"]]
+    assert exact >= 30, [(res["response"], r["output"]) for res, r in zip(results, rows, strict=True) if res["response"] != r["output"]]
     # Batched (length-sorted, left-padded) generation gives what one prompt at a time gives.
     one = rows[0]["instruction"] if not rows[0]["input"] else None
     if one:
