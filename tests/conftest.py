@@ -1,4 +1,7 @@
-"""Shared fixtures: paths to our recipes and the shared real data, and a tiny-model CLI runner.
+"""Shared fixtures: paths to our recipes and the shared real data, the in-process CLI, tiny runs
+(``runs``: a folder per test module; :func:`tiny_run`: train a recipe on a tiny model through the
+CLI), subprocesses guarded against hangs instead of timed (:func:`run_process`), and what the
+server tests share.
 
 Plugins load in isolation: the process's plugin host holds nlptasks' own task plugins and
 nothing else installed (``nlptasks.testing.plugin_host``), and subprocesses load only those
@@ -9,8 +12,10 @@ nothing else installed (``nlptasks.testing.plugin_host``), and subprocesses load
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -72,22 +77,74 @@ def cli(capsys):
     return call
 
 
-@pytest.fixture
-def run_recipe(cli, tmp_path):
-    """Train a recipe with the tiny model into ``tmp_path``; return the run directory."""
+# -- tiny runs -------------------------------------------------------------------------------------
 
-    def call(recipe: Path | str, *overrides: str, tiny: bool = True) -> Path:
-        sets = [*(TINY if tiny else []), f"output.dir={tmp_path / 'runs'}", "output.run_name=t", *overrides]
-        argv = ["run", str(recipe), "--no-progress"]
-        for s in sets:
-            argv += ["--set", s]
-        code, out, err = cli(*argv)
-        assert code == 0, err
-        run_dirs = list((tmp_path / "runs").glob("*/t"))
-        assert len(run_dirs) == 1
-        return run_dirs[0]
+TINY_DECODER = ["model.scratch.layers=1", "model.scratch.hidden=64", "model.scratch.heads=2",
+                "model.scratch.intermediate=128", "model.scratch.min_frequency=1"]
+"""What :data:`TINY` is for the encoders, for a decoder (``sft``): seconds-long runs."""
 
-    return call
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory) -> Path:
+    """A fresh folder for the runs of one test module (their ``output.dir``): a run trained into it
+    once serves every test of the module that asks for it."""
+    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_") + "-runs")
+
+
+def set_args(*items: str) -> list[str]:
+    """``--set`` arguments: ``set_args("a=1", "b=2")`` → ``["--set", "a=1", "--set", "b=2"]``."""
+    return [arg for item in items for arg in ("--set", item)]
+
+
+class RunFolder(type(Path())):
+    """The folder of a run :func:`tiny_run` trained (a :class:`~pathlib.Path`), with what ``nlptasks
+    run`` printed (``out``, ``err``) and its command line (``argv``: ``cli(*run.argv, "--resume")``)."""
+
+    out: str = ""
+    err: str = ""
+    argv: tuple[str, ...] = ()
+
+
+def tiny_run(folder: Path, recipe: str | Path, name: str, *sets: str, tiny: Sequence[str] = TINY,
+             epochs: int | None = 1, exit_code: int = 0) -> RunFolder:
+    """Train ``recipe`` in-process through the CLI, ``nlptasks run RECIPE --no-progress`` with the
+    overrides ``tiny``, ``train.epochs=EPOCHS`` (none when ``None``), ``output.dir=FOLDER``,
+    ``output.run_name=NAME``, then ``sets`` (a later key wins); assert it exited ``exit_code`` (the
+    run's stderr in the message) and return its folder, ``FOLDER/<task>/NAME``.
+
+    ``recipe``: a file name under recipes/ (``"cls.toml"``, ``"hub/x.toml"``) or an absolute path;
+    the task is the recipe's (or a ``task=`` override's).  ``tiny=()`` keeps the recipe's model.
+    The run uses the process's plugin host; a test with a host of its own uses
+    :func:`nlptasks.testing.run_recipe`.
+    """
+    from nlptasks.recipe import parse_override, read_toml
+    from nlptasks.testing import run_cli
+
+    path = RECIPES / recipe
+    overrides = [*tiny, *([f"train.epochs={epochs}"] if epochs is not None else []), f"output.dir={folder}",
+                 f"output.run_name={name}", *sets]
+    task = read_toml(path).get("task")
+    for item in overrides:
+        key, value = parse_override(item)
+        if key == ["task"]:
+            task = value
+    argv = ("run", str(path), "--no-progress", *set_args(*overrides))
+    code, out, err = run_cli(*argv)
+    assert code == exit_code, f"nlptasks {' '.join(argv)}: exit {code}, not {exit_code}\n{err}"
+    run_dir = RunFolder(Path(folder) / str(task) / name)
+    if exit_code == 0:
+        assert (run_dir / "COMPLETE").exists(), f"{run_dir} is no complete run\n{err}"
+    run_dir.out, run_dir.err, run_dir.argv = out, err, argv
+    return run_dir
+
+
+# Inputs of the parity and export tests (tests/test_parity.py, tests/test_onnx.py).
+# Lengths from 1 character to past max_length (64 tokens in TINY), in no particular order.
+CLS_TEXTS = ["好", "房间又脏又吵，太差了，再也不来了！！", "服务很好", "差" * 3, "这家酒店服务很好，房间也干净，早餐丰富" * 5,
+             "前台态度一般", "位置不错但是隔音很差，晚上睡不好，早餐也很一般", "还行", "不推荐"]
+PAIRS = [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票"), ("好", "好的"),
+         ("可以带宠物入住吗？我家有一只小狗", "宠物能不能带进房间"), ("退房时间是几点", "几点之前要退房，可以延迟退房吗，要加钱吗"),
+         ("密码忘了", "怎么重置密码")]
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -174,3 +231,105 @@ def run_process(command: list[str], input: str | None = None, idle_s: float = ID
                             stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
     out, err = communicate(proc, input, idle_s)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+
+def nlptasks(*args, cwd: Path | None = None, input: str | None = None, **kwargs):
+    """``nlptasks ARGS...`` in a fresh process, like a user (``python -m nlptasks``): a
+    :class:`subprocess.CompletedProcess` from :func:`run_process` (it waits as long as it works)."""
+    import sys
+
+    return run_process([sys.executable, "-m", "nlptasks", *map(str, args)], input=input, cwd=cwd, **kwargs)
+
+
+def wait_for(ready, proc, idle_s: float = IDLE_S, poll_s: float = 0.1) -> None:
+    """Wait until ``ready()`` is true while ``proc`` works toward it: fails (and ends the process)
+    when the process exits first, or when it (with its children) has used no CPU for ``idle_s``
+    seconds, never because it is slow."""
+    import time
+
+    def output() -> str:
+        out, err = proc.communicate()
+        return "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (out or "", err or ""))[-3000:]
+
+    watch = Path("/proc/self/stat").exists()  # without /proc: a plain, generous wait
+    last, still_since = (_cpu_ticks(proc.pid) if watch else 0), time.monotonic()
+    checked = still_since
+    while not ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"{' '.join(map(str, proc.args))} exited {proc.returncode} first\n{output()}")
+        now = time.monotonic()
+        if watch and now - checked >= 1:  # the CPU use of the process tree, once a second
+            checked, ticks = now, _cpu_ticks(proc.pid)
+            if ticks != last:
+                last, still_since = ticks, now
+        if now - still_since > (idle_s if watch else idle_s * 6):
+            _kill_tree(proc)
+            raise AssertionError(f"{' '.join(map(str, proc.args))}: no CPU used for {idle_s:g} s: hung\n{output()}")
+        time.sleep(poll_s)
+
+
+# -- the server tests (tests/test_serve_openai.py, tests/test_serve_page.py) -----------------------
+
+QUESTION = "湖畔酒店几点可以入住？"
+_SMALL = ["data.max_train_rows=64", "data.max_eval_rows=8"]
+SERVED = {"sft": [*_SMALL, "peft.method=none", "options.generation_eval.rows=2"], "cls": _SMALL, "ner": _SMALL,
+          "pair": _SMALL}
+"""The overrides of each task's tiny quickstart run that the server tests serve."""
+
+
+@pytest.fixture(scope="session")
+def served_run(tmp_path_factory):
+    """``served_run(task)``: a tiny 1-epoch run of ``recipes/<task>.toml`` (:data:`SERVED`), trained
+    once per test session (seconds) for whichever server test asks first."""
+    folder = tmp_path_factory.mktemp("serve-runs")
+    done: dict[str, Path] = {}
+
+    def get(task: str) -> Path:
+        if task not in done:
+            done[task] = tiny_run(folder, f"{task}.toml", "t", *SERVED[task])
+        return done[task]
+
+    return get
+
+
+def serve_state(runs: dict[str, Path], api_key: str | None = None):
+    """The :class:`ServerState` ``nlptasks serve RUN... --name NAME...`` builds for these runs."""
+    from nlptasks.serve.models import load_models
+    from nlptasks.serve.state import ServerState, ServeSettings
+
+    return ServerState(models=load_models(list(runs.values()), list(runs)), settings=ServeSettings(api_key=api_key))
+
+
+def build_app(state):
+    """The server's app (``nlptasks serve`` runs it): predict, models, the OpenAI routes, the page."""
+    from nlptasks.serve.app import create_app
+
+    return create_app(state)
+
+
+@contextlib.contextmanager
+def running(app):
+    """``app`` on uvicorn in a thread, on a free port of 127.0.0.1; yields the base URL."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + IDLE_S  # a hang guard: starting takes well under a second
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

@@ -9,25 +9,16 @@ import time
 
 import pytest
 
-from conftest import RECIPES, ROOT, TINY, read_metrics, run_process, write_csv
+from conftest import RECIPES, ROOT, TINY, nlptasks, read_metrics, tiny_run, write_csv
 
 QUICKSTART = RECIPES / "cls.toml"
-
-
-def nlptasks(*args: str, cwd=None, input: str | None = None) -> subprocess.CompletedProcess:
-    """The command in a fresh process, like a user; waits as long as it works (a hang is no CPU used)."""
-    return run_process([sys.executable, "-m", "nlptasks", *args], cwd=cwd, input=input)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """The quickstart as shipped (about 15 s here), shared by the inference tests; a subprocess, like a user."""
     runs = tmp_path_factory.mktemp("work")
-    sets = ["output.run_name=quick"]
-    argv = ["run", str(QUICKSTART), "--no-progress"]
-    for s in sets:
-        argv += ["--set", s]
-    proc = nlptasks(*argv, cwd=runs)
+    proc = nlptasks("run", QUICKSTART, "--no-progress", "--set", "output.run_name=quick", cwd=runs)
     assert proc.returncode == 0, proc.stderr
     return runs, runs / "runs" / "cls" / "quick", proc
 
@@ -221,10 +212,10 @@ def test_missing_column_says_which_option(tmp_path):
     assert "--set options.text_column=NAME" in err
 
 
-def test_empty_rows_are_dropped_and_counted(tmp_path, run_recipe):
+def test_empty_rows_are_dropped_and_counted(tmp_path):
     rows = [("好极了", "pos"), ("太坏了", "neg")] * 30 + [("", "pos"), ("   ", "neg"), ("还行", "")]
     train = write_csv(tmp_path / "train.csv", rows)
-    run_dir = run_recipe(QUICKSTART, f"data.train={train}", "data.validation=''", "data.test=''", "train.epochs=1")
+    run_dir = tiny_run(tmp_path / "runs", QUICKSTART, "t", f"data.train={train}", "data.validation=''", "data.test=''")
     metrics = read_metrics(run_dir)
     assert metrics["dropped"]["train"] == {"empty text": 2, "empty label": 1}
     assert set(metrics) >= {"validation", "test"}  # carved out of train: 10% + 10%

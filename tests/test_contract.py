@@ -9,12 +9,13 @@ import json
 
 import pytest
 
-from conftest import RECIPES, TINY, write_csv
+from conftest import RECIPES, TINY, tiny_run, write_csv
 from nlptasks import hookimpl
-from nlptasks.pipeline import load_recipe, run
+from nlptasks.pipeline import load_recipe
 from nlptasks.testing import plugin_host, run_cli, run_recipe
 
-QUICK = [*TINY, "train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=24"]
+SMALL = ["data.max_train_rows=64", "data.max_eval_rows=24"]
+QUICK = [*TINY, "train.epochs=1", *SMALL]
 
 
 class Witness:
@@ -149,12 +150,10 @@ def test_the_closing_command_is_the_tasks_own(tmp_path):
     """pair: two texts; its command runs as printed and predicts one pair."""
     import shlex
 
-    code, out, err = run_cli("run", RECIPES / "pair.toml", "--no-progress", *[a for s in QUICK for a in ("--set", s)],
-                             "--set", f"output.dir={tmp_path}", "--set", "output.run_name=p")
-    assert code == 0, err
-    line = out.strip().splitlines()[-1]
+    run = tiny_run(tmp_path, "pair.toml", "p", *SMALL)
+    line = run.out.strip().splitlines()[-1]
     argv = shlex.split(line.removeprefix("try: nlptasks "))
-    manifest = json.loads((tmp_path / "pair" / "p" / "nlptasks.json").read_text(encoding="utf-8"))
+    manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
     assert argv[-2:] == manifest["example"] and len(argv) == 5  # infer --model RUN "text a" "text b"
     code, out, err = run_cli(*argv)
     assert code == 0, err
@@ -166,12 +165,13 @@ def test_the_closing_command_is_the_tasks_own(tmp_path):
     ("sft.toml", "- (generates text)"),
 ])
 def test_the_cards_labels_row_is_the_tasks_own(tmp_path, recipe, labels_row):
-    sets = [*QUICK, "train.max_steps=2"]
     if recipe == "sft.toml":
-        sets = ["model.scratch.min_frequency=1", "data.max_train_rows=16", "data.max_eval_rows=4", "train.max_steps=2",
-                "options.generation_eval.rows=1", "options.generation_eval.max_new_tokens=2"]
-    result = run_recipe(RECIPES / recipe, *sets, folder=tmp_path)
-    card = (result.output_dir / "README.md").read_text(encoding="utf-8")
+        run = tiny_run(tmp_path, recipe, "run", "model.scratch.min_frequency=1", "data.max_train_rows=16",
+                       "data.max_eval_rows=4", "train.max_steps=2", "options.generation_eval.rows=1",
+                       "options.generation_eval.max_new_tokens=2", tiny=(), epochs=None)
+    else:
+        run = tiny_run(tmp_path, recipe, "run", *SMALL, "train.max_steps=2")
+    card = (run / "README.md").read_text(encoding="utf-8")
     row = next(line for line in card.splitlines() if line.startswith("| labels |"))
     assert labels_row in row
     if recipe == "ner.toml":
@@ -248,8 +248,7 @@ def test_run_merges_recorded_figures_only_into_splits_it_has(tmp_path):
             return data
 
     host = plugin_host(builtins=True, recorder=Recorder())
-    loaded = load_recipe(RECIPES / "cls.toml", [*QUICK, f"output.dir={tmp_path}"], host=host)
-    result = run(loaded, host=host, progress=False)
+    result = run_recipe(RECIPES / "cls.toml", *QUICK, host=host, folder=tmp_path)
     assert result.metrics["validation"]["checked"] == 1 and "nowhere" not in result.metrics
 
 

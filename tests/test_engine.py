@@ -119,21 +119,21 @@ def test_trainer_logs_become_readable_lines():
     assert describe_log({"total_flos": 1.0, "epoch": 1.0}, 1, 2) is None
 
 
-def test_hub_code_path_with_a_local_dataset_folder(run_recipe, tmp_path):
+def test_hub_code_path_with_a_local_dataset_folder(tmp_path):
     """``data.hub`` goes through ``datasets.load_dataset`` exactly as for a hub id; a local folder
     with ``train.csv`` and ``dev.csv`` takes the same path offline ("dev" becomes validation)."""
     import shutil
 
-    from conftest import RECIPES
+    from conftest import RECIPES, tiny_run
 
     folder = tmp_path / "hubdata"
     folder.mkdir()
     shutil.copy(RECIPES / "data" / "cls" / "train.csv", folder / "train.csv")
     shutil.copy(RECIPES / "data" / "cls" / "validation.csv", folder / "dev.csv")
-    run_dir = run_recipe(
-        RECIPES / "cls.toml",
+    run_dir = tiny_run(
+        tmp_path / "runs", "cls.toml", "t",
         "data.train=''", "data.validation=''", "data.test=''",
-        f"data.hub={json.dumps(str(folder))}", "data.max_train_rows=300", "train.epochs=1",
+        f"data.hub={json.dumps(str(folder))}", "data.max_train_rows=300",
     )
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     assert set(metrics) >= {"train", "validation"}  # dev.csv became the validation split

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, read_metrics
+from conftest import RECIPES, read_metrics, tiny_run
 
 TIMINGS = {"runtime", "samples_per_second", "steps_per_second", "epoch"}
 DATA = RECIPES / "data"
@@ -41,9 +41,9 @@ def _errors(out: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_runs_test_file_gives_back_its_test_metrics(case, run_recipe, cli):
+def test_the_runs_test_file_gives_back_its_test_metrics(case, cli, tmp_path):
     recipe, test_file, sets = CASES[case]
-    run = run_recipe(RECIPES / recipe, *FAST, *sets)
+    run = tiny_run(tmp_path / "runs", recipe, "t", *FAST, *sets, epochs=None)
     expected = {k: v for k, v in read_metrics(run)["test"].items() if k not in TIMINGS}
     args = ["--data", str(test_file)] + (["--set", "data.max_eval_rows=24"] if case == "sft" else [])
     got, out = _eval(cli, run, *args)
@@ -60,8 +60,8 @@ def test_the_runs_test_file_gives_back_its_test_metrics(case, run_recipe, cli):
     assert (out / "report.md").read_text(encoding="utf-8").startswith("# Evaluation of t")
 
 
-def test_cls_errors_name_the_file_row_of_each_wrong_text(run_recipe, cli):
-    run = run_recipe(RECIPES / "cls.toml", *FAST)
+def test_cls_errors_name_the_file_row_of_each_wrong_text(cli, tmp_path):
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, epochs=None)
     got, out = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
     with (DATA / "cls" / "test.csv").open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -71,8 +71,8 @@ def test_cls_errors_name_the_file_row_of_each_wrong_text(run_recipe, cli):
     assert (out / "confusion_matrix.png").stat().st_size > 1000
 
 
-def test_rows_the_run_cannot_score_are_counted_and_the_rest_scored(run_recipe, cli, tmp_path):
-    run = run_recipe(RECIPES / "cls.toml", *FAST)
+def test_rows_the_run_cannot_score_are_counted_and_the_rest_scored(cli, tmp_path):
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, epochs=None)
     clean, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
     text = (DATA / "cls" / "test.csv").read_text(encoding="utf-8")
     dirty = tmp_path / "dirty.csv"
@@ -86,8 +86,8 @@ def test_rows_the_run_cannot_score_are_counted_and_the_rest_scored(run_recipe, c
     assert "label unknown to the run" in out
 
 
-def test_a_column_named_otherwise_is_read_with_set(run_recipe, cli, tmp_path):
-    run = run_recipe(RECIPES / "cls.toml", *FAST)
+def test_a_column_named_otherwise_is_read_with_set(cli, tmp_path):
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, epochs=None)
     clean, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
     renamed = tmp_path / "renamed.csv"
     text = (DATA / "cls" / "test.csv").read_text(encoding="utf-8")
@@ -100,8 +100,8 @@ def test_a_column_named_otherwise_is_read_with_set(run_recipe, cli, tmp_path):
     assert got["test"]["accuracy"] == clean["test"]["accuracy"]
 
 
-def test_what_would_change_the_model_is_refused(run_recipe, cli, tmp_path):
-    run = run_recipe(RECIPES / "cls.toml", *FAST)
+def test_what_would_change_the_model_is_refused(cli, tmp_path):
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, epochs=None)
     code, _, err = cli("eval", run, "--data", DATA / "cls" / "test.csv", "--set", "model.max_length=16")
     assert code != 0 and "--set model.max_length" in err and "options.*" in err, err
     code, _, err = cli("eval", run, "--data", tmp_path / "missing.csv")
@@ -110,8 +110,8 @@ def test_what_would_change_the_model_is_refused(run_recipe, cli, tmp_path):
     assert code != 0 and "not a complete nlptasks run" in err, err
 
 
-def test_several_files_get_a_folder_each(run_recipe, cli, tmp_path):
-    run = run_recipe(RECIPES / "cls.toml", *FAST)
+def test_several_files_get_a_folder_each(cli, tmp_path):
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, epochs=None)
     code, out, err = cli("eval", run, "--data", DATA / "cls" / "test.csv", "--data", DATA / "cls" / "validation.csv")
     assert code == 0, err
     folders = sorted((run / "eval").glob("*/*/metrics.json"))
@@ -124,8 +124,9 @@ def test_several_files_get_a_folder_each(run_recipe, cli, tmp_path):
     assert f"{read_metrics(run)['validation']['accuracy']:.4f}" in row
 
 
-def test_an_adapter_run_is_scored_with_its_adapter(run_recipe, cli):
-    run = run_recipe(RECIPES / "cls.toml", *FAST, "peft.method=lora", "peft.r=4", "train.learning_rate=0.01")
+def test_an_adapter_run_is_scored_with_its_adapter(cli, tmp_path):
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, "peft.method=lora", "peft.r=4", "train.learning_rate=0.01",
+                   epochs=None)
     expected = read_metrics(run)["test"]
     got, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
     assert got["test"]["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-9)

@@ -12,22 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY
+from conftest import RECIPES, communicate, tiny_run
 
 TEXTS = ["这家酒店服务很好，房间也干净", "房间又脏又吵，太差了", "好", "早餐一般，位置不错，前台态度也还可以吧", "差"]
 
 
 @pytest.fixture(scope="module")
-def cls_run(tmp_path_factory):
+def cls_run(runs):
     """A tiny cls run (seconds)."""
-    from nlptasks.cli import main
-
-    runs = tmp_path_factory.mktemp("infer-runs")
-    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress"]
-    for s in [*TINY, "train.epochs=1", "data.max_train_rows=300", f"output.dir={runs}", "output.run_name=t"]:
-        argv += ["--set", s]
-    assert main(argv) == 0
-    return runs / "cls" / "t"
+    return tiny_run(runs, "cls.toml", "t", "data.max_train_rows=300")
 
 
 def lines_file(path: Path, n: int) -> Path:
@@ -53,8 +46,8 @@ def test_ten_thousand_lines_stream_through_in_order(cls_run, cli, tmp_path):
 def test_streaming_reads_at_most_one_chunk_ahead(cls_run, tmp_path):
     """The file reader is lazy and each chunk's results are written before the next chunk is read:
     the rows read so far never exceed the rows written by more than one chunk."""
-    from nlptasks.pipeline import load_predictor
     from nlptasks.inference.streaming import iter_rows, stream_predictions
+    from nlptasks.pipeline import load_predictor
 
     src = lines_file(tmp_path / "big.txt", 5_000)
     size = src.stat().st_size
@@ -172,10 +165,10 @@ def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cl
 
 def test_a_closed_stdout_ends_quietly():
     proc = subprocess.Popen([sys.executable, "-m", "nlptasks", "plugins"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     proc.stdout.close()  # like `nlptasks plugins | head -0`
-    err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 0, err
+    _, err = communicate(proc)
+    assert proc.returncode == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
@@ -224,19 +217,14 @@ def test_the_input_rule_for_several_fields():
 
 def test_a_task_format_streams_chunk_by_chunk(tmp_path, cli):
     """CoNLL in, CoNLL out (ner's own format), read and written in chunks: the same file as in one go."""
-    runs = tmp_path / "runs"
-    argv = ["run", str(RECIPES / "ner.toml"), "--no-progress"]
-    for s in [*TINY, "train.epochs=1", "data.max_train_rows=200", f"output.dir={runs}", "output.run_name=t"]:
-        argv += ["--set", s]
-    code, _, err = cli(*argv)
-    assert code == 0, err
+    run_dir = tiny_run(tmp_path / "runs", "ner.toml", "t", "data.max_train_rows=200")
     rows = [json.loads(line) for line in (RECIPES / "data" / "ner" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
     src = tmp_path / "in.conll"
     src.write_text("".join("".join(f"{t}\tO\n" for t in r["tokens"]) + "\n" for r in rows[:25]), encoding="utf-8")
-    code, whole, err = cli("infer", "--model", runs / "ner" / "t", "--file", src)
+    code, whole, err = cli("infer", "--model", run_dir, "--file", src)
     assert code == 0, err
     out = tmp_path / "out.conll"
-    code, _, err = cli("infer", "--model", runs / "ner" / "t", "--file", src, "--chunk-rows", "4", "--output", out)
+    code, _, err = cli("infer", "--model", run_dir, "--file", src, "--chunk-rows", "4", "--output", out)
     assert code == 0, err
     assert out.read_text(encoding="utf-8") == whole
     sentences = [block for block in whole.split("\n\n") if block.strip()]

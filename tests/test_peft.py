@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY
+from conftest import RECIPES, TINY, RunFolder, tiny_run
 from nlptasks.peft_support import METHODS, unsupported_reason
 
 
@@ -51,8 +51,7 @@ METHOD_SETS = {
     "ia3": (),
 }
 
-FAST = [
-    *TINY,
+STEPS = [
     "data.max_train_rows=16",
     "data.max_eval_rows=8",
     "train.max_steps=2",
@@ -61,6 +60,7 @@ FAST = [
     "train.learning_rate=0.05",
     "train.warmup=0",
 ]
+FAST = [*TINY, *STEPS]
 
 
 def argv(command: str, *args: object, sets: list[str] | tuple[str, ...] = ()) -> list[str]:
@@ -71,32 +71,17 @@ def argv(command: str, *args: object, sets: list[str] | tuple[str, ...] = ()) ->
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return tmp_path_factory.mktemp("peft-runs")
-
-
-@pytest.fixture(scope="module")
 def train(runs):
-    """``train(task_id, method, *sets)`` → (exit code, stderr, run dir); each distinct run once."""
-    from nlptasks.cli import main
+    """``train(task_id, method, *sets)`` → the run folder (its stderr: ``.err``); each distinct run
+    once.  ``exit_code=2``: a run validation must refuse."""
+    done: dict[tuple[str, ...], RunFolder] = {}
 
-    done: dict[tuple[str, ...], tuple[int, str, Path]] = {}
-
-    def call(task_id: str, method: str, *sets: str, name: str | None = None) -> tuple[int, str, Path]:
+    def call(task_id: str, method: str, *sets: str, exit_code: int = 0) -> RunFolder:
         key = (task_id, method, *sets)
         if key not in done:
-            import contextlib
-            import io
-
             task = BY_ID[task_id]
-            name = name or f"{task_id}-{method}-{len(done)}"
-            every = [*FAST, *task.sets, f"peft.method={method}", *METHOD_SETS[method], *sets,
-                     f"output.dir={runs}", f"output.run_name={name}"]
-            err = io.StringIO()
-            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                code = main(argv("run", task.recipe, "--no-progress", sets=every))
-            task_name = task_id.split("-")[0]
-            done[key] = (code, err.getvalue(), runs / task_name / name)
+            done[key] = tiny_run(runs, task.recipe, f"{task_id}-{method}-{len(done)}", *STEPS, *task.sets,
+                                 f"peft.method={method}", *METHOD_SETS[method], *sets, epochs=None, exit_code=exit_code)
         return done[key]
 
     return call
@@ -123,18 +108,17 @@ def test_the_plugins_declare_the_task_types_of_the_matrix():
 @pytest.mark.parametrize("task", TASKS, ids=[t.id for t in TASKS])
 def test_matrix(task, method, train, cli, tmp_path):
     """Works where the support table says so (train, save, move, infer), else a recipe error."""
-    code, err, run_dir = train(task.id, method)
     from nlptasks.pipeline import load_recipe
 
     loaded = load_recipe(task.recipe, list(task.sets))  # the task and its options: the task's own word
     reason = loaded.task.peft_reason(loaded.options, method)
     assert reason == unsupported_reason(task.task_type, method)  # the built-ins refuse nothing of their own
     if reason is not None:
-        assert code == 2
-        assert f"peft.method: '{method}' does not work for task" in err and task.task_type in err
+        run_dir = train(task.id, method, exit_code=2)
+        assert f"peft.method: '{method}' does not work for task" in run_dir.err and task.task_type in run_dir.err
         assert not run_dir.exists()  # refused by validation, before anything ran
         return
-    assert code == 0, err
+    run_dir = train(task.id, method)
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["peft"]["method"] == method and manifest["peft"]["task_type"] == task.task_type
     assert (run_dir / "adapter_config.json").exists() and (run_dir / "adapter_model.safetensors").exists()
@@ -192,15 +176,14 @@ def test_lora_counts_and_files(train):
     from safetensors import safe_open
     from transformers import AutoModelForSequenceClassification
 
-    code, err, run_dir = train("cls", "lora")
-    assert code == 0, err
+    run_dir = train("cls", "lora")
     info = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["peft"]
     assert info["trainable_parameters"] == 512 + 66
     base = AutoModelForSequenceClassification.from_pretrained(run_dir / "base")
     # the PeftModel holds the base, the LoRA matrices and a trained copy of the head
     assert info["total_parameters"] == count(base) + 512 + 66
     share = 100 * 578 / info["total_parameters"]
-    assert f"trainable 578 of {info['total_parameters']:,} parameters ({share:.1f}%)" in err
+    assert f"trainable 578 of {info['total_parameters']:,} parameters ({share:.1f}%)" in run_dir.err
     with safe_open(str(run_dir / "adapter_model.safetensors"), "pt") as fh:
         keys = list(fh.keys())
     assert sum(1 for k in keys if "lora_A" in k or "lora_B" in k) == 4
@@ -211,15 +194,13 @@ def test_lora_counts_and_files(train):
 
 
 def test_prompt_method_trains_only_the_virtual_tokens_and_head(train):
-    code, err, run_dir = train("cls", "prompt")
-    assert code == 0, err
+    run_dir = train("cls", "prompt")
     info = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["peft"]
     assert info["trainable_parameters"] == 4 * 32 + 66  # 4 virtual tokens × hidden 32, and the head
 
 
 def test_prompt_init_text(train, cli, tmp_path):
-    code, err, run_dir = train("cls", "prompt", "peft.prompt_init_text='服务很好'", "train.learning_rate=1e-9")
-    assert code == 0, err
+    run_dir = train("cls", "prompt", "peft.prompt_init_text='服务很好'", "train.learning_rate=1e-9")
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification
 
@@ -241,10 +222,10 @@ def test_prompt_init_text(train, cli, tmp_path):
 def test_base_only_and_adapter_differ(train, cli):
     """The adapter matters: the check inputs give other logits without it (so the merge check
     below compares something)."""
-    from nlptasks.plugin import load_trained_model
     from nlptasks.inference.merge import model_outputs
+    from nlptasks.plugin import load_trained_model
 
-    code, err, run_dir = train("cls", "lora")
+    run_dir = train("cls", "lora")
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     check = json.loads((run_dir / "examples.json").read_text(encoding="utf-8"))["inputs"]
     with_adapter = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification"), check, "SEQ_CLS")
@@ -260,10 +241,8 @@ def test_base_only_and_adapter_differ(train, cli):
 
 
 def test_add_adapter_and_infer_with_it(train, cli, tmp_path):
-    code, err, lora = train("cls", "lora")
-    assert code == 0, err
-    code, err, ia3 = train("cls", "ia3")
-    assert code == 0, err
+    lora = train("cls", "lora")
+    ia3 = train("cls", "ia3")
     target = tmp_path / "multi"
     shutil.copytree(lora, target)
     code, out, err = cli("add-adapter", target, ia3, "--name", "scaled")
@@ -280,21 +259,20 @@ def test_add_adapter_and_infer_with_it(train, cli, tmp_path):
 
 
 def test_add_adapter_refuses_another_base(train, cli, tmp_path):
-    code, err, lora = train("cls", "lora")
-    code, err, other = train("cls", "ia3", "seed=7")  # another seed: other random base weights
-    assert code == 0, err
+    lora = train("cls", "lora")
+    other = train("cls", "ia3", "seed=7")  # another seed: other random base weights
     target = tmp_path / "multi"
     shutil.copytree(lora, target)
     code, _, err = cli("add-adapter", target, other, "--name", "x")
     assert code == 2
     assert "its adapter was not trained on the base of" in err and "base: 'scratch weights sha256" in err
-    code, err, pair = train("pair-cross", "lora")
+    pair = train("pair-cross", "lora")
     code, _, err = cli("add-adapter", target, pair, "--name", "x")
     assert code == 2 and "task: 'cls' here, 'pair' in" in err
 
 
-def test_adapter_flags_on_a_full_run(cli, run_recipe):
-    run_dir = run_recipe(RECIPES / "cls.toml", *FAST)
+def test_adapter_flags_on_a_full_run(cli, tmp_path):
+    run_dir = tiny_run(tmp_path / "runs", "cls.toml", "t", *STEPS, epochs=None)
     code, _, err = cli("infer", "--model", run_dir, "--base-only", "好")
     assert code == 2 and "trained the whole model; it has no adapters" in err
     code, _, err = cli("export", run_dir, "--merge", run_dir.parent / "m")
@@ -308,12 +286,11 @@ def test_adapter_flags_on_a_full_run(cli, run_recipe):
 def test_export_merge(task_id, method, train, cli, tmp_path):
     import transformers
 
-    from nlptasks.plugin import load_trained_model
     from nlptasks.inference.merge import compare_outputs, model_outputs
+    from nlptasks.plugin import load_trained_model
 
     task = BY_ID[task_id]
-    code, err, run_dir = train(task_id, method)
-    assert code == 0, err
+    run_dir = train(task_id, method)
     out = tmp_path / "merged"
     code, stdout, err = cli("export", run_dir, "--merge", out)
     assert code == 0, err
@@ -363,8 +340,7 @@ def test_compare_outputs_reports_a_mismatch():
 
 @pytest.mark.parametrize("task_id,method", [("sft", "prefix"), ("cls", "p_tuning"), ("cls", "prompt")])
 def test_export_refuses_methods_that_cannot_merge(task_id, method, train, cli, tmp_path):
-    code, err, run_dir = train(task_id, method)
-    assert code == 0, err
+    run_dir = train(task_id, method)
     code, _, err = cli("export", run_dir, "--merge", tmp_path / "m")
     assert code == 2
     assert f"uses method '{method}', which cannot be merged" in err and "only lora and ia3 merge" in err
@@ -422,8 +398,8 @@ def test_a_task_without_a_peft_task_type_refuses_peft():
 
     from nlptasks import TaskSpec, hookimpl
     from nlptasks.errors import RecipeError
-    from nlptasks.testing import plugin_host
     from nlptasks.pipeline import load_recipe
+    from nlptasks.testing import plugin_host
 
     class NoOpts(BaseModel):
         model_config = ConfigDict(extra="forbid")

@@ -7,12 +7,11 @@ import os
 import subprocess
 import sys
 import textwrap
-
 from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, ROOT, run_process
+from conftest import RECIPES, ROOT, nlptasks
 from nlptasks import NoOptions, PluginError, TaskSpec, hookimpl
 from nlptasks.host import Host
 
@@ -24,7 +23,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, extra_path: str | Non
     full_env.update(env or {})
     if extra_path:
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [extra_path, full_env.get("PYTHONPATH")]))
-    return run_process([sys.executable, "-m", "nlptasks", *args], env=full_env)
+    return nlptasks(*args, env=full_env)
 
 
 def test_builtin_cls_comes_through_the_entry_point_group():

@@ -9,28 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY, read_metrics
+from conftest import RECIPES, TINY, read_metrics, tiny_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def train(runs: Path, recipe: str, name: str, *sets: str, host=None) -> Path:  # noqa: ANN001
-    from nlptasks.pipeline import run
-    from nlptasks.pipeline import load_recipe
-
-    overrides = [*TINY, "train.epochs=2", "data.max_train_rows=300", f"output.dir={runs}", f"output.run_name={name}", *sets]
-    loaded = load_recipe(RECIPES / recipe, overrides, host=host)
-    return run(loaded, host=host, progress=False).output_dir
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return tmp_path_factory.mktemp("report-runs")
-
-
 @pytest.fixture(scope="module")
 def cls_run(runs):
-    return train(runs, "cls.toml", "a")
+    return tiny_run(runs, "cls.toml", "a", "data.max_train_rows=300", epochs=2)
 
 
 def card_of(run_dir: Path) -> str:
@@ -101,7 +87,7 @@ def test_model_card_code_loads_the_run(cls_run):
 
 
 def test_ner_card_has_a_per_entity_type_table(runs):
-    run_dir = train(runs, "ner.toml", "n", "train.epochs=1")
+    run_dir = tiny_run(runs, "ner.toml", "n", "data.max_train_rows=300")
     card = card_of(run_dir)
     metrics = read_metrics(run_dir)
     types = sorted({k.split("/", 1)[1] for k in metrics["test"] if k.startswith("f1/")})
@@ -115,7 +101,7 @@ def test_ner_card_has_a_per_entity_type_table(runs):
 def test_hook_nlptasks_report(tmp_path):
     """A plugin's sections go into the card, after the engine's parts; the hook sees the metrics."""
     from nlptasks import hookimpl
-    from nlptasks.testing import plugin_host
+    from nlptasks.testing import plugin_host, run_recipe
 
     seen = {}
 
@@ -128,7 +114,8 @@ def test_hook_nlptasks_report(tmp_path):
 
     host = plugin_host(builtins=True)
     host.register(Reporter(), name="reporter")
-    run_dir = train(tmp_path, "cls.toml", "h", "train.epochs=1", host=host)
+    run_dir = run_recipe(RECIPES / "cls.toml", *TINY, "train.epochs=1", "data.max_train_rows=300", host=host,
+                         folder=tmp_path, name="h").output_dir
     card = card_of(run_dir)
     assert seen["splits"] == ["test", "validation"]
     assert "## Extra\n\n300 training examples." in card
@@ -149,7 +136,7 @@ def test_report_to_tensorboard_needs_the_package(cli):
 
 
 def test_compare_runs(cls_run, runs, cli, tmp_path):
-    other = train(runs, "cls.toml", "b", "train.learning_rate=1e-3", "train.epochs=1")
+    other = tiny_run(runs, "cls.toml", "b", "data.max_train_rows=300", "train.learning_rate=1e-3")
     code, out, err = cli("compare", cls_run, other)
     assert code == 0, err
     a, b = read_metrics(cls_run), read_metrics(other)

@@ -12,12 +12,11 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY, communicate, read_metrics
+from conftest import RECIPES, TINY, communicate, read_metrics, tiny_run, wait_for
 
 CLS = RECIPES / "cls.toml"
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +33,7 @@ def nlptasks(*argv: str, cwd: Path, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "nlptasks", "run", str(CLS), "--no-progress", *argv],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs,
     )
 
 
@@ -60,10 +59,7 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
     whole_proc = nlptasks(*common, *sets("output.run_name=whole"), cwd=tmp_path)  # alongside, for time
     proc = nlptasks(*common, *sets("output.run_name=killed"), cwd=tmp_path)
     run_dir = tmp_path / "runs" / "cls" / "killed"
-    deadline = time.time() + 240
-    while not (run_dir / "checkpoints" / "checkpoint-90" / "trainer_state.json").exists():
-        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1]
-        time.sleep(0.02)
+    wait_for((run_dir / "checkpoints" / "checkpoint-90" / "trainer_state.json").exists, proc, poll_s=0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (run_dir / "COMPLETE").exists()
@@ -91,7 +87,7 @@ def _losses(run_dir: Path) -> list[float]:
     return [h["loss"] for h in json.loads((run_dir / "log_history.json").read_text(encoding="utf-8")) if "loss" in h]
 
 
-RESUME_RUN = [*TINY, "train.epochs=3", "train.batch_size=8", "data.max_train_rows=240", "data.max_eval_rows=40",
+RESUME_RUN = ["train.batch_size=8", "data.max_train_rows=240", "data.max_eval_rows=40",
               "train.logging_steps=5", "output.checkpoint_steps=10", "output.checkpoint_limit=20",
               "output.keep_checkpoints=true"]
 EVALUATION = {
@@ -106,13 +102,8 @@ EVALUATION = {
 def uninterrupted(request, tmp_path_factory):
     """A run of 3 epochs of 30 steps with length-grouped batches (cls.toml), a resumable checkpoint
     every 10 steps, all checkpoints kept; evaluated as EVALUATION says."""
-    from nlptasks.testing import run_cli
-
     root = tmp_path_factory.mktemp("resume")
-    argv = sets(*RESUME_RUN, *EVALUATION[request.param], f"output.dir={root}", "output.run_name=r")
-    code, _, err = run_cli("run", CLS, "--no-progress", *argv)
-    assert code == 0, err
-    return root / "cls" / "r", EVALUATION[request.param]
+    return tiny_run(root, CLS, "r", *RESUME_RUN, *EVALUATION[request.param], epochs=3)
 
 
 @pytest.mark.parametrize("step", [20, 30, 50, 60, 80])
@@ -125,7 +116,6 @@ def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_pa
 
     from nlptasks.testing import run_cli
 
-    uninterrupted, evaluation = uninterrupted
     crashed = tmp_path / "cls" / "r"
     shutil.copytree(uninterrupted, crashed)
     for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json", "README.md", "log_history.json"):
@@ -133,8 +123,7 @@ def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_pa
     for checkpoint in (crashed / "checkpoints").glob("checkpoint-*"):
         if int(checkpoint.name.split("-")[1]) > step:
             shutil.rmtree(checkpoint)
-    argv = sets(*RESUME_RUN, *evaluation, f"output.dir={uninterrupted.parents[1]}", "output.run_name=r")
-    code, _, err = run_cli("run", CLS, "--no-progress", *argv, "--resume", crashed)
+    code, _, err = run_cli(*uninterrupted.argv, "--resume", crashed)  # the command of the run, resuming
     assert code == 0, err
     assert f"from checkpoint-{step}" in err
     whole, again = read_metrics(uninterrupted), read_metrics(crashed)
@@ -148,19 +137,14 @@ def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_pa
 
 
 @pytest.fixture
-def broken_run(cli, tmp_path):
+def broken_run(tmp_path):
     """A run that finished, then made to look crashed: no final files, checkpoints 10, 20, 30."""
-    argv = ["run", str(CLS), "--no-progress", *sets(
-        *TINY, "train.max_steps=30", "output.checkpoint_steps=10", "output.checkpoint_limit=3",
-        "output.keep_checkpoints=true", "data.max_eval_rows=60", f"output.dir={tmp_path / 'runs'}",
-        "output.run_name=r")]
-    code, _, err = cli(*argv)
-    assert code == 0, err
-    run_dir = tmp_path / "runs" / "cls" / "r"
+    run_dir = tiny_run(tmp_path / "runs", CLS, "r", "train.max_steps=30", "output.checkpoint_steps=10",
+                       "output.checkpoint_limit=3", "output.keep_checkpoints=true", "data.max_eval_rows=60", epochs=None)
     metrics = read_metrics(run_dir)
     for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json"):
         (run_dir / name).unlink()
-    return argv, run_dir, metrics
+    return run_dir.argv, run_dir, metrics
 
 
 def test_consumers_refuse_an_incomplete_run(cli, broken_run):
@@ -288,13 +272,10 @@ def test_a_full_disk_is_named(tmp_path, limit, reason):
     assert json.loads((tmp_path / "cls" / "f" / "nlptasks-run.json").read_text())["recipe_sha256"]
 
 
-def test_an_adapter_run_resumes_to_the_same_result(cli, tmp_path, capsys):
+def test_an_adapter_run_resumes_to_the_same_result(tmp_path, capsys):
     """sft with LoRA (adapter checkpoints, LoRA dropout): resumed from the checkpoint before the last."""
-    overrides = [*TINY, "train.max_steps=12", "output.checkpoint_steps=4", "output.checkpoint_limit=3",
-                 "output.keep_checkpoints=true", f"output.dir={tmp_path}", "output.run_name=s"]
-    code, _, err = cli("run", RECIPES / "sft.toml", "--no-progress", *sets(*overrides))
-    assert code == 0, err
-    run_dir = tmp_path / "sft" / "s"
+    steps = ["train.max_steps=12", "output.checkpoint_steps=4", "output.checkpoint_limit=3", "output.keep_checkpoints=true"]
+    run_dir = tiny_run(tmp_path, "sft.toml", "s", *steps, epochs=None)
     metrics = read_metrics(run_dir)
     for name in ("COMPLETE", "metrics.json", "adapter_model.safetensors"):
         (run_dir / name).unlink()
@@ -303,6 +284,7 @@ def test_an_adapter_run_resumes_to_the_same_result(cli, tmp_path, capsys):
     shutil.rmtree(run_dir / "checkpoints" / "checkpoint-12")
     import nlptasks
 
+    overrides = [*TINY, *steps, f"output.dir={tmp_path}", "output.run_name=s"]  # the run's
     result = nlptasks.run(RECIPES / "sft.toml", overrides, resume=True)  # the Python API
     assert result.output_dir == run_dir and (run_dir / "COMPLETE").exists()
     assert "from checkpoint-8" in capsys.readouterr().err

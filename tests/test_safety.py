@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, tiny_run
 
 GOOD = ROOT / "tests" / "bad_inputs" / "data" / "good.csv"
 
@@ -50,15 +50,13 @@ def test_pickle_weights_need_allow_pickle(cli, tmp_path, pickle_model):
     assert not list(tmp_path.glob("cls/*"))  # refused before anything was loaded or written
 
 
-def test_allow_pickle_loads_them_and_remote_code_is_announced(cli, tmp_path, pickle_model):
-    code, out, err = cli("run", recipe(tmp_path, pickle_model, "allow_pickle = true\ntrust_remote_code = true\n"),
-                         "--no-progress", "--set", f"output.dir={tmp_path}")
-    assert code == 0, err
-    assert "model.trust_remote_code = true: transformers will import and run the Python files in" in err
-    assert "modeling_extra.py" in err
-    code, _, err = cli("run", recipe(tmp_path, pickle_model, "allow_pickle = true\n"),
-                       "--no-progress", "--set", f"output.dir={tmp_path}")
-    assert code == 0 and "trust_remote_code" not in err  # off by default: no warning, no remote code
+def test_allow_pickle_loads_them_and_remote_code_is_announced(tmp_path, pickle_model):
+    run = tiny_run(tmp_path, recipe(tmp_path, pickle_model, "allow_pickle = true\ntrust_remote_code = true\n"), "remote",
+                   tiny=(), epochs=None)
+    assert "model.trust_remote_code = true: transformers will import and run the Python files in" in run.err
+    assert "modeling_extra.py" in run.err
+    run = tiny_run(tmp_path, recipe(tmp_path, pickle_model, "allow_pickle = true\n"), "plain", tiny=(), epochs=None)
+    assert "trust_remote_code" not in run.err  # off by default: no warning, no remote code
 
 
 def test_the_switches_are_off_by_default():
@@ -98,9 +96,7 @@ def test_no_recipe_string_reaches_a_shell():
 def test_an_adapter_run_on_a_pickle_base_loads_it_only_as_allowed(cli, tmp_path, pickle_model):
     path = recipe(tmp_path, pickle_model, "allow_pickle = true\n")
     path.write_text(path.read_text(encoding="utf-8") + '\n[peft]\nmethod = "lora"\n', encoding="utf-8")
-    code, _, err = cli("run", path, "--no-progress", "--set", f"output.dir={tmp_path}", "--set", "output.run_name=a")
-    assert code == 0, err
-    run_dir = tmp_path / "cls" / "a"
+    run_dir = tiny_run(tmp_path, path, "a", tiny=(), epochs=None)
     code, out, err = cli("infer", "--model", run_dir, "服务很好")
     assert code == 0 and '"label"' in out, err
     import json

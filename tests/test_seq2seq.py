@@ -48,22 +48,20 @@ def host():
 
 
 @pytest.fixture(scope="module")
-def full(host, tmp_path_factory):
+def full(host, runs):
     """A run that evaluates (and so generates) after each of its two epochs."""
-    return run_recipe(RECIPE, *FAST, "train.epochs=2", "train.eval_strategy=epoch", host=host,
-                      folder=tmp_path_factory.mktemp("s2s"))
+    return run_recipe(RECIPE, *FAST, "train.epochs=2", "train.eval_strategy=epoch", host=host, folder=runs)
 
 
 @pytest.fixture(scope="module")
-def adapter(host, tmp_path_factory):
+def adapter(host, runs):
     """``adapter(method)``: a run that trains that PEFT method for two steps (each once)."""
     done = {}
-    root = tmp_path_factory.mktemp("s2s-peft")
 
     def call(method: str):
         if method not in done:
             done[method] = run_recipe(RECIPE, *FAST, "train.max_steps=2", "train.eval_strategy=no",
-                                      f"peft.method={method}", *METHOD_SETS[method], host=host, folder=root,
+                                      f"peft.method={method}", *METHOD_SETS[method], host=host, folder=runs,
                                       name=method)
         return done[method]
 

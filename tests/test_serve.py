@@ -25,13 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, ROOT, TINY
+from conftest import IDLE_S, RECIPES, ROOT, TINY_DECODER, communicate, tiny_run, wait_for
 
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
-
-TINY_DECODER = ["model.scratch.layers=1", "model.scratch.hidden=64", "model.scratch.heads=2",
-                "model.scratch.intermediate=128", "model.scratch.min_frequency=1"]
 
 INPUTS = {
     "cls": ["这家酒店服务很好，房间也干净", "差", "房间又脏又吵，太差了，再也不来了！！", "好" * 80, "还行"],
@@ -51,38 +48,25 @@ RICH = {  # objects and lists of fields, as a jsonl file's rows would give them
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """One tiny run per task (seconds each, in-process)."""
-    from nlptasks.cli import main
-
-    folder = tmp_path_factory.mktemp("serve-runs")
+def trained(runs) -> dict[str, Path]:
+    """One tiny run per task (seconds each, in-process), by task."""
     sft_rows = [json.loads(line) for line in
                 (RECIPES / "data" / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()[:24]]
-    sft_data = folder / "sft24.jsonl"
+    sft_data = runs / "sft24.jsonl"
     sft_data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in sft_rows), encoding="utf-8")
-    recipes = {
-        "cls": (TINY, ["data.max_train_rows=300"]),
-        "ner": (TINY, ["data.max_train_rows=300"]),
-        "pair": (TINY, ["data.max_train_rows=300"]),
-        "sft": (TINY_DECODER, ["peft.method=none", f"data.train={sft_data}", f"data.validation={sft_data}",
-                               "data.test=", "train.batch_size=8", "train.epochs=12", "options.generation_eval.rows=2",
-                               "options.generation_eval.max_new_tokens=4"]),
+    return {
+        **{task: tiny_run(runs, f"{task}.toml", task, "data.max_train_rows=300") for task in ("cls", "ner", "pair")},
+        "sft": tiny_run(runs, "sft.toml", "sft", "peft.method=none", f"data.train={sft_data}",
+                        f"data.validation={sft_data}", "data.test=", "train.batch_size=8", "options.generation_eval.rows=2",
+                        "options.generation_eval.max_new_tokens=4", tiny=TINY_DECODER, epochs=12),
     }
-    out = {}
-    for task, (tiny, sets) in recipes.items():
-        argv = ["run", str(RECIPES / f"{task}.toml"), "--no-progress"]
-        for s in [*tiny, "train.epochs=1", f"output.dir={folder}", f"output.run_name={task}", *sets]:
-            argv += ["--set", s]
-        assert main(argv) == 0
-        out[task] = folder / task / task
-    return out
 
 
 @pytest.fixture(scope="module")
-def models(runs):
+def models(trained):
     from nlptasks.serve.models import load_models
 
-    return load_models(list(runs.values()), list(runs))
+    return load_models(list(trained.values()), list(trained))
 
 
 def serve(models, **settings):
@@ -135,22 +119,22 @@ def metric(text: str, name: str, **labels) -> float:
 
 
 @pytest.mark.parametrize("task", ["cls", "ner", "pair", "sft"])
-def test_predict_equals_load_and_infer(task, runs, client, cli):
+def test_predict_equals_load_and_infer(task, trained, client, cli):
     """All four runs served at once by name; each answers what nlptasks.load and nlptasks infer give."""
     import nlptasks
 
     answer = client.post(f"/v1/predict/{task}", json={"inputs": INPUTS[task]})
     assert answer.status_code == 200, answer.text
     outputs = answer.json()["outputs"]
-    assert outputs == nlptasks.load(runs[task])(INPUTS[task])
-    code, out, err = cli("infer", "--model", runs[task], *INPUTS[task])
+    assert outputs == nlptasks.load(trained[task])(INPUTS[task])
+    code, out, err = cli("infer", "--model", trained[task], *INPUTS[task])
     assert code == 0, err
     assert outputs == [json.loads(line) for line in out.splitlines()]
     assert len(outputs) == (len(INPUTS[task]) // 2 if task == "pair" else len(INPUTS[task]))
 
     rich = client.post(f"/v1/predict/{task}", json={"inputs": RICH[task]})
     assert rich.status_code == 200, rich.text
-    assert rich.json()["outputs"] == nlptasks.load(runs[task])(RICH[task])
+    assert rich.json()["outputs"] == nlptasks.load(trained[task])(RICH[task])
     if task == "sft":
         assert any(len(o["response"]) > 2 for o in outputs), outputs  # real answers, not just a stop token
 
@@ -192,7 +176,7 @@ def test_concurrent_requests_share_batches_and_answer_as_one_at_a_time(models):
 
     async def go():
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as c:
             answers = await asyncio.gather(*(c.post(f"/v1/predict/{m}", json={"inputs": x}) for m, x in requests))
             return answers, (await c.get("/metrics")).text
 
@@ -234,7 +218,7 @@ def test_a_bad_input_fails_only_its_own_request(models, caplog):
 
     async def go():
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as c:
             return await asyncio.gather(*(c.post("/v1/predict/cls", json={"inputs": b}) for b in bodies))
 
     with caplog.at_level(logging.ERROR, logger="nlptasks.serve"):
@@ -265,7 +249,7 @@ def test_full_queue_answers_503_with_retry_after_and_timeout_504(models):
 
     async def go():
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=120) as c:
             first = asyncio.ensure_future(c.post("/v1/predict/cls", json={"inputs": ["好"]}))
             await asyncio.sleep(0.2)  # taken into a batch: waits for the worker
             waiting = [asyncio.ensure_future(c.post("/v1/predict/cls", json={"inputs": [t]})) for t in ("差", "还行")]
@@ -353,16 +337,16 @@ def test_api_key(models, monkeypatch):
     state.close()
 
 
-def test_names_are_checked_before_loading(runs, cli, tmp_path):
+def test_names_are_checked_before_loading(trained, cli, tmp_path):
     other = tmp_path / "other" / "cls"
     other.mkdir(parents=True)
-    code, _, err = cli("serve", runs["cls"], runs["cls"])
+    code, _, err = cli("serve", trained["cls"], trained["cls"])
     assert code == 2 and "two runs would be served as 'cls'" in err and "--name" in err
-    code, _, err = cli("serve", runs["cls"], runs["ner"], "--name", "a")
+    code, _, err = cli("serve", trained["cls"], trained["ner"], "--name", "a")
     assert code == 2 and "1 --name for 2 runs" in err
-    code, _, err = cli("serve", runs["cls"], "--name", "a b")
+    code, _, err = cli("serve", trained["cls"], "--name", "a b")
     assert code == 2 and "cannot be a model name" in err
-    code, _, err = cli("serve", runs["cls"], other, "--name", "a", "--name", "b")
+    code, _, err = cli("serve", trained["cls"], other, "--name", "a", "--name", "b")
     assert code == 2 and str(other) in err  # not a complete run
 
 
@@ -387,9 +371,9 @@ def test_a_client_that_leaves_does_not_disturb_the_others(models):
     thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            if server.started:
-                break
+        deadline = time.monotonic() + IDLE_S  # a hang guard: starting takes well under a second
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.05)
         gate = threading.Event()
         state.models["cls"].executor.submit(gate.wait)
@@ -397,17 +381,16 @@ def test_a_client_that_leaves_does_not_disturb_the_others(models):
             httpx.post(f"{url}/v1/predict/cls", json={"inputs": ["好"]}, timeout=0.5)
         # The gate opens only once the server has seen the client go: on a busy machine the
         # disconnect can reach uvicorn after the gated work would have answered the request.
-        for _ in range(200):
-            if 'status="499"' in httpx.get(f"{url}/metrics", timeout=30).text:
-                break
+        deadline = time.monotonic() + IDLE_S
+        while 'status="499"' not in httpx.get(f"{url}/metrics", timeout=120).text and time.monotonic() < deadline:
             time.sleep(0.05)
         gate.set()
         for _ in range(3):
-            answer = httpx.post(f"{url}/v1/predict/ner", json={"inputs": ["小明在北京"]}, timeout=30)
+            answer = httpx.post(f"{url}/v1/predict/ner", json={"inputs": ["小明在北京"]}, timeout=120)
             assert answer.status_code == 200
-            answer = httpx.post(f"{url}/v1/predict/cls", json={"inputs": ["好"]}, timeout=30)
+            answer = httpx.post(f"{url}/v1/predict/cls", json={"inputs": ["好"]}, timeout=120)
             assert answer.status_code == 200
-        text = httpx.get(f"{url}/metrics", timeout=30).text
+        text = httpx.get(f"{url}/metrics", timeout=120).text
         assert metric(text, "nlptasks_requests_total", model="cls", status="499") == 1
     finally:
         server.should_exit = True
@@ -415,47 +398,48 @@ def test_a_client_that_leaves_does_not_disturb_the_others(models):
         state.close()
 
 
-def test_the_command_serves_and_stops_gracefully(runs):
+def test_the_command_serves_and_stops_gracefully(trained):
     """`nlptasks serve` in its own process: /health, parity with nlptasks.load, then SIGTERM while a
     request is in flight: that request is answered and the process exits 0."""
     import nlptasks
 
     port = free_port()
     env = {**os.environ, "NLPTASKS_API_KEY": "k"}
-    cmd = [sys.executable, "-m", "nlptasks", "serve", str(runs["cls"]), str(runs["pair"]), "--name", "sentiment",
+    cmd = [sys.executable, "-m", "nlptasks", "serve", str(trained["cls"]), str(trained["pair"]), "--name", "sentiment",
            "--name", "pairs", "--port", str(port), "--max-wait-ms", "1500", "--no-access-log"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": "Bearer k"}
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=120).status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
-        for _ in range(600):
-            if proc.poll() is not None:
-                pytest.fail(f"the server exited {proc.returncode}:\n{proc.stdout.read()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        answer = httpx.post(f"{url}/v1/predict/sentiment", json={"inputs": INPUTS["cls"]}, headers=auth, timeout=30)
-        assert answer.json()["outputs"] == nlptasks.load(runs["cls"])(INPUTS["cls"])
-        assert httpx.get(f"{url}/v1/models", timeout=5).status_code == 401
+        wait_for(healthy, proc)  # as long as the server works on starting; fails if it exits or hangs
+        answer = httpx.post(f"{url}/v1/predict/sentiment", json={"inputs": INPUTS["cls"]}, headers=auth, timeout=120)
+        assert answer.json()["outputs"] == nlptasks.load(trained["cls"])(INPUTS["cls"])
+        assert httpx.get(f"{url}/v1/models", timeout=120).status_code == 401
 
         result = {}
 
         def in_flight():
             result["answer"] = httpx.post(f"{url}/v1/predict/pairs", json={"inputs": INPUTS["pair"]}, headers=auth,
-                                          timeout=30)
+                                          timeout=120)
 
         thread = threading.Thread(target=in_flight)
         thread.start()
         time.sleep(0.7)  # the request waits 1.5 s for company (--max-wait-ms)
         proc.send_signal(signal.SIGTERM)
-        thread.join(30)
-        out, _ = proc.communicate(timeout=60)
+        thread.join()  # the request's own timeout bounds it
+        out, _ = communicate(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert result["answer"].status_code == 200, result["answer"].text
-    assert result["answer"].json()["outputs"] == nlptasks.load(runs["pair"])(INPUTS["pair"])
+    assert result["answer"].json()["outputs"] == nlptasks.load(trained["pair"])(INPUTS["pair"])
     assert proc.returncode == 0, out
     assert f"docs:    {url}/docs" in out and "curl -s" in out and "server stopped" in out

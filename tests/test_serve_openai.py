@@ -9,91 +9,26 @@ exception carrying our message.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
-import threading
 import time
-from pathlib import Path
 
 import pytest
-from conftest import RECIPES, TINY
+
+from conftest import QUESTION, build_app, running, serve_state
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-QUESTION = "湖畔酒店几点可以入住？"
-SMALL = ["train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=8"]
-RUNS = {
-    "sft": (RECIPES / "sft.toml", [*SMALL, "peft.method=none", "options.generation_eval.rows=2"]),
-    "cls": (RECIPES / "cls.toml", SMALL),
-    "ner": (RECIPES / "ner.toml", SMALL),
-    "pair": (RECIPES / "pair.toml", SMALL),
-}
 
-
-def tiny_run(tmp_path_factory: pytest.TempPathFactory, task: str) -> Path:
-    """A tiny run of a quickstart recipe, trained once per test session (seconds)."""
-    from nlptasks.cli import main
-
-    folder = tmp_path_factory.getbasetemp() / "serve-runs"
-    run_dir = folder / task / "t"
-    if not (run_dir / "COMPLETE").exists():
-        recipe, sets = RUNS[task]
-        argv = ["run", str(recipe), "--no-progress"]
-        for s in [*TINY, *sets, f"output.dir={folder}", "output.run_name=t"]:
-            argv += ["--set", s]
-        assert main(argv) == 0
-    return run_dir
-
-
-def serve_state(runs: dict[str, Path], api_key: str | None = None):
-    """The :class:`ServerState` ``nlptasks serve RUN... --name NAME...`` builds for these runs."""
-    from nlptasks.serve.models import load_models
-    from nlptasks.serve.state import ServerState, ServeSettings
-
-    return ServerState(models=load_models(list(runs.values()), list(runs)), settings=ServeSettings(api_key=api_key))
-
-
-def build_app(state):
-    """The server's app (``nlptasks serve`` runs it): predict, models, the OpenAI routes, the page."""
-    from nlptasks.serve.app import create_app
-
-    return create_app(state)
-
-
-@contextlib.contextmanager
-def running(app):
-    """``app`` on uvicorn in a thread, on a free port of 127.0.0.1; yields the base URL."""
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+@pytest.fixture(scope="module")
+def trained(served_run):
+    return {"tiny-sft": served_run("sft"), "tiny-cls": served_run("cls")}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return {"tiny-sft": tiny_run(tmp_path_factory, "sft"), "tiny-cls": tiny_run(tmp_path_factory, "cls")}
-
-
-@pytest.fixture(scope="module")
-def server(runs):
-    state = serve_state(runs)
+def server(trained):
+    state = serve_state(trained)
     with running(build_app(state)) as url:
         yield url, state
 
@@ -191,12 +126,12 @@ def test_raw_http_errors_and_events(server):
     import httpx
 
     url = server[0]
-    r = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", timeout=30)
+    r = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", timeout=120)
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
-    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny-sft"}, timeout=30)
+    r = httpx.post(f"{url}/v1/chat/completions", json={"model": "tiny-sft"}, timeout=120)
     assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
     body = {"model": "tiny-sft", "messages": [{"role": "user", "content": QUESTION}], "stream": True, "max_tokens": 4}
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in r.iter_lines() if line]
     assert all(line.startswith("data: ") for line in lines) and lines[-1] == "data: [DONE]"
@@ -236,11 +171,11 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation(server, client):
     try:
         body = {"model": "tiny-sft", "messages": [{"role": "user", "content": QUESTION}], "stream": True,
                 "max_tokens": 400}
-        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as r:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
             for i, _ in enumerate(r.iter_lines()):
                 if i >= 3:
                     break
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # generous: a stream left running ends its 400 pieces (20 s) with "END"
         while None not in calls and time.monotonic() < deadline:
             time.sleep(0.05)
         assert None in calls and "END" not in calls and len(calls) < 100, len(calls)  # long before 400 tokens
@@ -277,8 +212,8 @@ def test_concurrent_chats_each_get_their_own_answer(server):
     assert asyncio.run(main()) == expected
 
 
-def test_a_wrong_api_key_is_refused(runs):
-    state = serve_state({"tiny-sft": runs["tiny-sft"]}, api_key="secret")
+def test_a_wrong_api_key_is_refused(trained):
+    state = serve_state({"tiny-sft": trained["tiny-sft"]}, api_key="secret")
     with running(build_app(state)) as url:
         wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0)
         with pytest.raises(openai.AuthenticationError):

@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from test_serve_openai import QUESTION, build_app, running, serve_state, tiny_run
+
+from conftest import QUESTION, build_app, running, serve_state
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -25,9 +26,8 @@ WAIT = 90  # seconds: generation on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    runs = {f"tiny-{task}": tiny_run(tmp_path_factory, task) for task in ("cls", "ner", "pair", "sft")}
-    state = serve_state(runs)
+def served(served_run):
+    state = serve_state({f"tiny-{task}": served_run(task) for task in ("cls", "ner", "pair", "sft")})
     with running(build_app(state)) as url:
         yield url, state
 

@@ -10,18 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, read_metrics, shared
+from conftest import RECIPES, TINY_DECODER, read_metrics, shared, tiny_run
 
 QUICKSTART = RECIPES / "sft.toml"
 DEMO_TRAIN = RECIPES / "data" / "sft" / "train.jsonl"
-# A decoder small enough for seconds-long runs.
-TINY_DECODER = [
-    "model.scratch.layers=1",
-    "model.scratch.hidden=64",
-    "model.scratch.heads=2",
-    "model.scratch.intermediate=128",
-    "model.scratch.min_frequency=1",
-]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -181,9 +173,7 @@ def test_packed_batch_has_the_same_loss_as_the_padded_batch():
 
 
 def test_packing_refuses_a_model_whose_attention_crosses_examples():
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from transformers import DataCollatorWithFlattening
+    from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorWithFlattening
 
     from nlptasks import RecipeError
     from nlptasks.plugin import use_segment_attention
@@ -323,21 +313,17 @@ def test_inspect_batch_fails_when_an_example_has_no_token_in_the_loss():
 
 
 @pytest.fixture(scope="module")
-def memorized(tmp_path_factory):
+def memorized(runs):
     """~32 examples, many epochs, every weight trained: greedy generation must give back the
     trained answers."""
-    from nlptasks.cli import main
-
-    tmp = tmp_path_factory.mktemp("sft")
-    data = write_jsonl(tmp / "mem.jsonl", demo_rows(32))
-    argv = ["run", str(QUICKSTART), "--no-progress", *sets(
+    data = write_jsonl(runs / "mem.jsonl", demo_rows(32))
+    return tiny_run(
+        runs, QUICKSTART, "mem",
         f"data.train={data}", f"data.validation={data}", "data.test=", "peft.method=none", "model.scratch.hidden=64",
-        "model.scratch.intermediate=256", "model.scratch.min_frequency=1", "train.epochs=40", "train.batch_size=8",
+        "model.scratch.intermediate=256", "model.scratch.min_frequency=1", "train.batch_size=8",
         "train.eval_strategy=no", "options.generation_eval.rows=32", "options.generation_eval.metric=exact_match",
-        f"output.dir={tmp / 'runs'}", "output.run_name=mem",
-    )]
-    assert main(argv) == 0
-    return tmp / "runs" / "sft" / "mem"
+        tiny=(), epochs=40,
+    )
 
 
 def test_memorization_greedy_generation_reproduces_the_answers(memorized, cli, tmp_path):
@@ -350,7 +336,7 @@ def test_memorization_greedy_generation_reproduces_the_answers(memorized, cli, t
     results = [json.loads(line) for line in out.splitlines()]
     assert len(results) == 32
     exact = sum(res["response"] == r["output"] for res, r in zip(results, rows, strict=True))
-    assert exact >= 30, [(res["response"], r["output"]) for res, r in zip(results, rows) if res["response"] != r["output"]]
+    assert exact >= 30, [(res["response"], r["output"]) for res, r in zip(results, rows, strict=True) if res["response"] != r["output"]]
     # Batched (length-sorted, left-padded) generation gives what one prompt at a time gives.
     one = rows[0]["instruction"] if not rows[0]["input"] else None
     if one:
@@ -411,39 +397,38 @@ def test_infer_reads_chat_rows(memorized, cli, tmp_path):
     assert json.loads(out) == {"prompt": content, "response": row["output"]}
 
 
-def test_generation_flags_on_a_task_that_does_not_generate(cli, run_recipe):
-    run = run_recipe(RECIPES / "cls.toml", "train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=16")
+def test_generation_flags_on_a_task_that_does_not_generate(cli, tmp_path):
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", "data.max_train_rows=64", "data.max_eval_rows=16")
     code, out, err = cli("infer", "--model", run, "--max-new-tokens", "5", "服务很好")
     assert code == 2 and "does not generate" in err
 
 
-def test_quickstart_with_packing_trains_and_says_how(tmp_path, cli):
-    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
-        *TINY_DECODER, "options.packing=true", "data.max_train_rows=96", "data.max_eval_rows=16", "train.epochs=2",
-        "options.generation_eval.rows=4", "options.generation_eval.every_steps=5", "train.batch_size=16",
-        f"output.dir={tmp_path}", "output.run_name=p",
-    ))
-    assert code == 0, err
+def test_quickstart_with_packing_trains_and_says_how(tmp_path):
+    run = tiny_run(
+        tmp_path, QUICKSTART, "p",
+        "options.packing=true", "data.max_train_rows=96", "data.max_eval_rows=16", "options.generation_eval.rows=4",
+        "options.generation_eval.every_steps=5", "train.batch_size=16",
+        tiny=TINY_DECODER, epochs=2,
+    )
     # The generation metric is logged during training (every 5 of the 12 steps) beside the loss.
-    assert len(re.findall(r"validation \(epoch [\d.]+\): gen_char_f1 [\d.]+", err)) == 2, err
-    metrics = read_metrics(tmp_path / "sft" / "p")
+    assert len(re.findall(r"validation \(epoch [\d.]+\): gen_char_f1 [\d.]+", run.err)) == 2, run.err
+    metrics = read_metrics(run)
     assert metrics["validation"]["perplexity"] == pytest.approx(2.718281828 ** metrics["validation"]["loss"], rel=1e-6)
     assert "gen_rouge_l" not in metrics["validation"] and "gen_char_f1" in metrics["validation"]
 
 
-def test_packed_runs_split_attention_per_example_with_the_same_result(tmp_path, cli):
+def test_packed_runs_split_attention_per_example_with_the_same_result(tmp_path):
     """On the CPU a packed run computes attention example by example (recorded in nlptasks.json);
     forcing SDPA's block-diagonal mask instead (optimize.attention = "sdpa") trains to the same
     validation loss: the split changes the work, not the result."""
     losses = {}
     for name, attention in (("split", "auto"), ("mask", "sdpa")):
-        code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
-            *TINY_DECODER, "options.packing=true", "data.max_train_rows=64", "data.max_eval_rows=16", "train.epochs=1",
-            "options.generation_eval.rows=2", "options.generation_eval.max_new_tokens=4", "peft.dropout=0", f"optimize.attention={attention}",
-            f"output.dir={tmp_path}", f"output.run_name={name}",
-        ))
-        assert code == 0, err
-        run = tmp_path / "sft" / name
+        run = tiny_run(
+            tmp_path, QUICKSTART, name,
+            "options.packing=true", "data.max_train_rows=64", "data.max_eval_rows=16", "options.generation_eval.rows=2",
+            "options.generation_eval.max_new_tokens=4", "peft.dropout=0", f"optimize.attention={attention}",
+            tiny=TINY_DECODER,
+        )
         manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
         assert manifest["attention"] == ("nlptasks_segment_sdpa" if attention == "auto" else "sdpa")
         configs = list(run.rglob("config.json"))
@@ -472,22 +457,22 @@ def test_a_word_level_vocabulary_is_refused_for_generation(tmp_path, cli):
 @pytest.mark.parametrize("name", ["alpaca_zh", "alpaca_en"])
 def test_real_alpaca_loss_falls_and_masks_are_right(name, tmp_path, cli):
     folder = shared(name)
-    data = sets(f"data.train={folder / 'train.jsonl'}", f"data.validation={folder / 'validation.jsonl'}", "data.test=",
-                "data.max_train_rows=240", "data.max_eval_rows=40", "model.max_length=256", "options.no_response=drop")
-    code, out, err = cli("inspect-batch", QUICKSTART, *data, "--rows", "1")
+    data = [f"data.train={folder / 'train.jsonl'}", f"data.validation={folder / 'validation.jsonl'}", "data.test=",
+            "data.max_train_rows=240", "data.max_eval_rows=40", "model.max_length=256", "options.no_response=drop"]
+    code, out, err = cli("inspect-batch", QUICKSTART, *sets(*data), "--rows", "1")
     assert code == 0, err
     first = json.loads((folder / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert "«" + first["output"].strip()[:10] in out
-    code, out, err = cli("run", QUICKSTART, "--no-progress", *data, *sets(
-        "model.scratch.vocab_size=3000", "train.epochs=2", "train.batch_size=8", "train.learning_rate=2e-3",
-        "train.logging_steps=5", "options.generation_eval.rows=4", f"output.dir={tmp_path}", "output.run_name=r",
-    ))
-    assert code == 0, err
-    run = tmp_path / "sft" / "r"
+    run = tiny_run(
+        tmp_path, QUICKSTART, "r",
+        *data, "model.scratch.vocab_size=3000", "train.batch_size=8", "train.learning_rate=2e-3",
+        "train.logging_steps=5", "options.generation_eval.rows=4",
+        tiny=(), epochs=2,
+    )
     metrics = read_metrics(run)
     config = run / "base" / "config.json"  # a LoRA run (the quickstart's): the frozen base's config
     vocab = json.loads(config.read_text(encoding="utf-8"))["vocab_size"]
-    first_loss = _first_logged_loss(err)
+    first_loss = _first_logged_loss(run.err)
     # Below the loss of the first logged steps, and well below guessing (log of the vocabulary).
     assert metrics["validation"]["loss"] < first_loss - 0.5, (first_loss, metrics["validation"])
     assert metrics["validation"]["loss"] < math.log(vocab) - 0.8, (vocab, metrics["validation"])
@@ -520,34 +505,27 @@ def test_packing_with_a_virtual_token_peft_method_is_a_recipe_error(tmp_path, cl
     ],
     ids=["alibi-attention", "virtual-tokens", "fixed-padding"],
 )
-def test_packing_auto_turns_itself_off_and_says_why(tmp_path, cli, settings, reason):
+def test_packing_auto_turns_itself_off_and_says_why(tmp_path, settings, reason):
     """options.packing defaults to "auto": where packing cannot keep examples apart, or the recipe
     asks for something packing cannot give, the run trains unpacked and the log names the reason."""
     recipe = without_peft_table(tmp_path)
-    code, out, err = cli("run", recipe, "--no-progress", *sets(
-        *TINY_DECODER, *settings, "data.max_train_rows=16", "data.max_eval_rows=8", "train.epochs=1",
-        "options.generation_eval.rows=1", f"output.dir={tmp_path}", "output.run_name=r",
-    ))
-    assert code == 0, err
-    assert re.search(r'packing off \(options.packing = "auto"\): .*' + re.escape(reason), err), err
-    manifest = json.loads((tmp_path / "sft" / "r" / "nlptasks.json").read_text(encoding="utf-8"))
+    run = tiny_run(tmp_path, recipe, "r", *settings, "data.max_train_rows=16", "data.max_eval_rows=8",
+                   "options.generation_eval.rows=1", tiny=TINY_DECODER)
+    assert re.search(r'packing off \(options.packing = "auto"\): .*' + re.escape(reason), run.err), run.err
+    manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["packing"] is False
-    assert read_metrics(tmp_path / "sft" / "r")["train"]["padding_fraction"] > 0
+    assert read_metrics(run)["train"]["padding_fraction"] > 0
 
 
-def test_packing_is_on_by_default_and_unpacked_training_gives_the_same_loss(tmp_path, cli):
+def test_packing_is_on_by_default_and_unpacked_training_gives_the_same_loss(tmp_path):
     """The default packs (no padding in the token count) and trains to the loss of the same run
     unpacked: same examples, same order, same updates (every weight trained: no dropout masks)."""
     recipe = without_peft_table(tmp_path)
     losses = {}
     for name, packing in (("default", None), ("unpacked", "false")):
-        code, out, err = cli("run", recipe, "--no-progress", *sets(
-            *TINY_DECODER, "data.max_train_rows=48", "data.max_eval_rows=16", "train.epochs=1",
-            "options.generation_eval.rows=1", *([f"options.packing={packing}"] if packing else []),
-            f"output.dir={tmp_path}", f"output.run_name={name}",
-        ))
-        assert code == 0, err
-        run = tmp_path / "sft" / name
+        run = tiny_run(tmp_path, recipe, name, "data.max_train_rows=48", "data.max_eval_rows=16",
+                       "options.generation_eval.rows=1", *([f"options.packing={packing}"] if packing else []),
+                       tiny=TINY_DECODER)
         manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
         assert manifest["packing"] is (packing is None)
         metrics = read_metrics(run)
@@ -578,13 +556,9 @@ def test_quickstart_lora_run_loads_in_plain_peft_and_exports_a_checked_merge(tmp
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
-        "data.max_train_rows=128", "data.max_eval_rows=16", "train.epochs=6", "options.generation_eval.rows=4",
-        f"output.dir={tmp_path}", "output.run_name=lora",
-    ))
-    assert code == 0, err
-    run = tmp_path / "sft" / "lora"
-    assert "trainable" in err and (run / "adapter_model.safetensors").exists() and (run / "base").is_dir()
+    run = tiny_run(tmp_path, QUICKSTART, "lora", "data.max_train_rows=128", "data.max_eval_rows=16",
+                   "options.generation_eval.rows=4", tiny=(), epochs=6)
+    assert "trainable" in run.err and (run / "adapter_model.safetensors").exists() and (run / "base").is_dir()
     prompts = [r["instruction"] for r in demo_rows(128) if not r["input"]][:6]
     code, out, err = cli("infer", "--model", run, *prompts)
     assert code == 0, err

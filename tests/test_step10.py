@@ -10,18 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY
+from conftest import tiny_run
 from nlptasks.hookspecs import hookimpl
 
 TEXTS = ["这家酒店服务很好，房间也干净", "太差了，再也不来", "还行吧", "早餐很丰富，位置方便", "房间有异味，隔音差"]
 
 
 @pytest.fixture(scope="module")
-def cls_run(tmp_path_factory) -> Path:
-    from nlptasks.testing import run_recipe
-
-    folder = tmp_path_factory.mktemp("step10")
-    return run_recipe(RECIPES / "cls.toml", *TINY, "train.epochs=1", "data.max_train_rows=300", folder=folder).output_dir
+def cls_run(runs) -> Path:
+    return tiny_run(runs, "cls.toml", "run", "data.max_train_rows=300")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import RECIPES, TINY, read_metrics
+from conftest import RECIPES, read_metrics, tiny_run
 
 
 def _train_texts() -> list[str]:
@@ -16,11 +16,11 @@ def _train_texts() -> list[str]:
         return [row["text"] for row in csv.DictReader(fh)]
 
 
-def test_tokens_are_the_training_tokens_and_grouping_lowers_padding(run_recipe, cli, tmp_path, monkeypatch):
+def test_tokens_are_the_training_tokens_and_grouping_lowers_padding(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
     monkeypatch.setenv("NLPTASKS_PEAK_TFLOPS", "0.5")
-    grouped = run_recipe(RECIPES / "cls.toml", "train.epochs=2", "train.group_by_length=true")
+    grouped = tiny_run(tmp_path / "runs", "cls.toml", "t", "train.group_by_length=true", epochs=2)
     train = read_metrics(grouped)["train"]
     tokenizer = AutoTokenizer.from_pretrained(str(grouped))
     expected = sum(len(ids) for ids in tokenizer(_train_texts(), truncation=True, max_length=64)["input_ids"])
@@ -30,20 +30,15 @@ def test_tokens_are_the_training_tokens_and_grouping_lowers_padding(run_recipe, 
     assert train["peak_source"] == "environment" and train["peak_tflops"] == 0.5
     assert 0 < train["mfu"] < 1
 
-    argv = ["run", RECIPES / "cls.toml", "--no-progress"]
-    for s in (*TINY, "train.epochs=2", "train.group_by_length=false", f"output.dir={tmp_path / 'random'}"):
-        argv += ["--set", s]
-    code, _, err = cli(*argv)
-    assert code == 0, err
-    (random_order,) = (tmp_path / "random").glob("*/*/metrics.json")
-    shuffled = json.loads(random_order.read_text())["train"]
+    random_order = tiny_run(tmp_path / "random", "cls.toml", "random", "train.group_by_length=false", epochs=2)
+    shuffled = read_metrics(random_order)["train"]
     assert shuffled["tokens"] == train["tokens"]
     assert shuffled["padding_fraction"] > train["padding_fraction"] + 0.05  # what length grouping saves
 
 
-def test_summary_and_compare_show_throughput(run_recipe, cli, monkeypatch):
+def test_summary_and_compare_show_throughput(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("NLPTASKS_PEAK_TFLOPS", "0.5")
-    a = run_recipe(RECIPES / "cls.toml", "train.max_steps=3")
+    a = tiny_run(tmp_path / "runs", "cls.toml", "t", "train.max_steps=3", epochs=None)
     code, out, err = cli("compare", a, a)
     assert code == 0, err
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}

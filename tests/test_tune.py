@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("optuna")
 
+from conftest import run_process, wait_for  # noqa: E402
 from nlptasks.errors import RecipeError  # noqa: E402
 from nlptasks.pipeline import load_recipe  # noqa: E402
 from nlptasks.testing import TINY, plugin_host, run_cli, run_recipe  # noqa: E402
@@ -111,7 +111,8 @@ def test_tune_objective_and_the_table_itself_are_checked(tmp_path, host):
 
 def test_cli_start_does_not_import_optuna():
     code = "import sys; from nlptasks.cli import build_parser; build_parser(); print('optuna' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = run_process([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
 
@@ -188,15 +189,14 @@ def test_the_pruning_plugin_reports_and_stops_training(tmp_path, host):
 def test_a_killed_study_resumes_to_its_trials(tmp_path):
     path = recipe(tmp_path, trials=2)
     command = [sys.executable, "-m", "nlptasks", "-q", "tune", str(path), *sets(tmp_path)]
-    proc = subprocess.Popen(command, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     first = study(tmp_path) / "trials" / "trial-0"
-    deadline = time.monotonic() + 120
-    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(first.exists, proc, poll_s=0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert first.exists() and not (first / "COMPLETE").exists()
-    done = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=300)
+    done = run_process(command, env=env())
     assert done.returncode == 0, done.stderr
     assert "trial 0: its process" in done.stderr
     states = trial_states(study(tmp_path))
@@ -207,7 +207,7 @@ def test_a_killed_study_resumes_to_its_trials(tmp_path):
 def test_two_processes_share_one_sqlite_study(tmp_path):
     path = recipe(tmp_path, trials=4)
     command = [sys.executable, "-m", "nlptasks", "-q", "tune", str(path), *sets(tmp_path), "--workers", "2"]
-    done = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=600)
+    done = run_process(command, env=env())
     assert done.returncode == 0, done.stderr
     states = trial_states(study(tmp_path))
     assert states == {0: "complete", 1: "complete", 2: "complete", 3: "complete"}

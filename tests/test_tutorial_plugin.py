@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, TINY, read_metrics, write_csv
+from conftest import ROOT, TINY, read_metrics, run_process, write_csv
 from nlptasks.errors import DataError, RecipeError
 
 TUTORIALS = ROOT / "docs" / "plugin-tutorial"
@@ -47,10 +47,7 @@ def _env(site: Path | None = None) -> dict[str, str]:
 
 def _python(*args: str, cwd: Path | None = None, check: bool = True, site: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=_env(site), capture_output=True, text=True, encoding="utf-8",
-        timeout=300,
-    )
+    proc = run_process([sys.executable, *args], cwd=cwd, env=_env(site), encoding="utf-8")
     if check:
         assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -172,8 +169,7 @@ def _recipe(tmp_path: Path, validation: list[tuple[str, str]], options: str = ""
 
 
 def test_unseen_label_in_validation_names_file_and_row(host, tmp_path):
-    from nlptasks.pipeline import run
-    from nlptasks.pipeline import load_recipe
+    from nlptasks.pipeline import load_recipe, run
 
     recipe = _recipe(tmp_path, [("早餐难吃", "早餐"), ("离地铁近", "位置")])
     loaded = load_recipe(recipe, [f"output.dir={tmp_path / 'runs'}"], host=host)
@@ -196,8 +192,8 @@ def test_options_are_validated(host, tmp_path):
 
 
 def test_label_parsing_and_metrics(host):
-    import numpy as np
     import nlptasks_multilabel as ml
+    import numpy as np
 
     assert ml.parse_labels("服务| 位置 ||服务", "|") == ["服务", "位置"]
     assert ml.parse_labels(["服务", "位置"], "|") == ["服务", "位置"]
@@ -233,8 +229,7 @@ def guide_block(marker: str) -> str:
 
 
 def test_guide_timer_plugin_wraps_a_run(host, tmp_path, monkeypatch, caplog):
-    from nlptasks.pipeline import run
-    from nlptasks.pipeline import load_recipe
+    from nlptasks.pipeline import load_recipe, run
 
     (tmp_path / "nlptasks_timer.py").write_text(guide_block("# nlptasks_timer.py"), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))

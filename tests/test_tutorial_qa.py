@@ -41,8 +41,8 @@ def host():
 
 
 @pytest.fixture(scope="module")
-def quick_run(host, tmp_path_factory):
-    return run_recipe(RECIPE, *QUICK, host=host, folder=tmp_path_factory.mktemp("qa"))
+def quick_run(host, runs):
+    return run_recipe(RECIPE, *QUICK, host=host, folder=runs)
 
 
 def tokenizer():
@@ -63,7 +63,7 @@ def test_answer_positions_point_at_the_answer_in_every_window_that_holds_it():
     windows = make_windows(tok, [r["question"] for r in rows], [r["context"] for r in rows], 64, 16)
     assert len(windows.example) > 2 * len(rows)  # the contexts are cut into windows
     starts = [r["answer_start"] for r in rows]
-    first, last = answer_positions(windows, starts, [s + len(r["answer"]) for s, r in zip(starts, rows)])
+    first, last = answer_positions(windows, starts, [s + len(r["answer"]) for s, r in zip(starts, rows, strict=True)])
     found = set()
     for w, e in enumerate(windows.example):
         if first[w] == 0:
