@@ -246,10 +246,14 @@ def test_train_extra_cannot_contradict_optimize():
     from nlptasks.context import RunContext
     from nlptasks.engine.training.trainer import training_kwargs
 
-    loaded = load_recipe(RECIPES / "cls.toml", ['train.extra={ optim = "sgd" }', "optimize.optimizer=adafactor"])
-    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
+    both = ['train.extra={ optim = "sgd" }', "optimize.optimizer=adafactor"]
     with pytest.raises(RecipeError, match=r"train.extra.optim: is also set by optimize.optimizer = 'adafactor'"):
-        training_kwargs(ctx, True, True)
+        load_recipe(RECIPES / "cls.toml", both)  # at validation, with every other problem
+    loaded = load_recipe(RECIPES / "cls.toml", ['train.extra={ optim = "sgd" }'])
+    changed = loaded.recipe.model_copy(update={"optimize": loaded.recipe.optimize.model_copy(update={"optimizer": "adafactor"})})
+    ctx = RunContext(recipe=changed, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
+    with pytest.raises(RecipeError, match=r"train.extra.optim: is also set by optimize.optimizer = 'adafactor'"):
+        training_kwargs(ctx, True, True)  # and again where the arguments are built, for a recipe made in code
     # left at its default, [optimize] gives way to train.extra (any transformers optimizer name)
     loaded = load_recipe(RECIPES / "cls.toml", ['train.extra={ optim = "sgd" }'])
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
