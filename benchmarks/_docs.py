@@ -35,19 +35,27 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``--docs`` and ``--docs-file`` to a benchmark's parser."""
-    parser.add_argument("--docs", action="store_true",
-                        help="write the results table into its block of docs/benchmarks.md (or --docs-file)")
-    parser.add_argument("--docs-file", type=_markdown_file, default=DOCS, metavar="PATH",
-                        help="the Markdown file --docs writes into (default: docs/benchmarks.md; "
-                             "point it at a copy for smoke runs)")
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="write the results table into its block of docs/benchmarks.md (or --docs-file)",
+    )
+    parser.add_argument(
+        "--docs-file",
+        type=_markdown_file,
+        default=DOCS,
+        metavar="PATH",
+        help="the Markdown file --docs writes into (default: docs/benchmarks.md; point it at a copy for smoke runs)",
+    )
 
 
 def _markdown_file(value: str) -> Path:
     """``--docs-file`` must exist (checked before the benchmark runs, not after)."""
     path = Path(value)
     if not path.is_file():
-        raise argparse.ArgumentTypeError(f"no file {value}: copy docs/benchmarks.md there first "
-                                         f"(cp docs/benchmarks.md {value})")
+        raise argparse.ArgumentTypeError(
+            f"no file {value}: copy docs/benchmarks.md there first (cp docs/benchmarks.md {value})"
+        )
     return path
 
 
@@ -93,9 +101,11 @@ class RunInfo:
 
     def header(self) -> str:
         """The line every block starts with: command, UTC date and time, machine."""
-        return (f"`{self.command}`, {self.started.strftime('%Y-%m-%d %H:%M UTC')}; "
-                f"machine: {os.cpu_count()} CPU cores ({cpu_model()}), {torch_info()}, "
-                f"1-minute load average {self.load:.1f} at the start.")
+        return (
+            f"`{self.command}`, {self.started.strftime('%Y-%m-%d %H:%M UTC')}; "
+            f"machine: {os.cpu_count()} CPU cores ({cpu_model()}), {torch_info()}, "
+            f"1-minute load average {self.load:.1f} at the start."
+        )
 
 
 def start(script: str, args: list[str] | None = None) -> RunInfo:

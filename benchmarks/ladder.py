@@ -31,7 +31,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "bench" / "ladder-macbert-large.toml"
-SMALL = ["model.scratch.layers=4", "model.scratch.hidden=256", "model.scratch.heads=4", "model.scratch.intermediate=1024"]
+SMALL = [
+    "model.scratch.layers=4",
+    "model.scratch.hidden=256",
+    "model.scratch.heads=4",
+    "model.scratch.intermediate=1024",
+]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _docs  # noqa: E402
@@ -39,15 +44,23 @@ import _docs  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("recipe", nargs="?", type=Path, default=RECIPE,
-                   help=f"recipe file (default {RECIPE.relative_to(ROOT)})")
+    p.add_argument(
+        "recipe", nargs="?", type=Path, default=RECIPE, help=f"recipe file (default {RECIPE.relative_to(ROOT)})"
+    )
     p.add_argument("--steps", type=int, default=10, help="optimizer steps per rung (default 10)")
     p.add_argument("--rungs", help="only these rungs, comma-separated (e.g. baseline,accumulation)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per rung (default 600)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="further recipe overrides, after the small-model ones (repeatable)")
-    p.add_argument("--as-shipped", action="store_true",
-                   help="leave out the small-model overrides (" + ", ".join(SMALL) + ")")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="further recipe overrides, after the small-model ones (repeatable)",
+    )
+    p.add_argument(
+        "--as-shipped", action="store_true", help="leave out the small-model overrides (" + ", ".join(SMALL) + ")"
+    )
     p.add_argument("--json", type=Path, help="write the ladder's JSON here")
     _docs.add_arguments(p)
     return p.parse_args(argv)
@@ -55,8 +68,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def ladder_command(args: argparse.Namespace) -> list[str]:
     """``python -m nlptasks bench ladder RECIPE --json ...`` for these arguments."""
-    cmd = [sys.executable, "-m", "nlptasks", "bench", "ladder", str(args.recipe.resolve()), "--json",
-           "--steps", str(args.steps), "--timeout", str(args.timeout)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nlptasks",
+        "bench",
+        "ladder",
+        str(args.recipe.resolve()),
+        "--json",
+        "--steps",
+        str(args.steps),
+        "--timeout",
+        str(args.timeout),
+    ]
     if args.rungs:
         cmd += ["--rungs", args.rungs]
     for item in [*([] if args.as_shipped else SMALL), *args.overrides]:
@@ -77,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     result = json.loads(proc.stdout)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    intro = (f"`{shown.replace(str(ROOT) + '/', '')}`: {result['model_class']}, {result['steps']} steps per rung on "
-             f"{result['device']}, each rung a fresh process, inputs padded to `model.max_length`.")
+    intro = (
+        f"`{shown.replace(str(ROOT) + '/', '')}`: {result['model_class']}, {result['steps']} steps per rung on "
+        f"{result['device']}, each rung a fresh process, inputs padded to `model.max_length`."
+    )
     _docs.publish(args, _docs.block_name(__file__, result["device"]), info, render_table(result), intro)
     return 0
 
@@ -89,18 +115,24 @@ def render_table(result: dict[str, Any]) -> str:
 
     kinds = {r["measure"] for r in result["rungs"] if r.get("peak") is not None}
     peak = "peak (CUDA max allocated)" if any(k.startswith("cuda") for k in kinds) else "peak (CPU RSS, not GPU memory)"
-    lines = [f"| strategy | targets | batch | {peak} | estimate | s/step | samples/s | s/epoch |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"| strategy | targets | batch | {peak} | estimate | s/step | samples/s | s/epoch |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rungs"]:
         batch = f"{r['micro_batch']}x{r['accumulation']}"
         if r.get("peak") is None:
-            lines.append(f"| {r['strategy']} | {r['targets']} | {batch} | skipped: {r.get('skipped') or '-'} "
-                         f"| {human(r['estimate'])} | - | - | - |")
+            lines.append(
+                f"| {r['strategy']} | {r['targets']} | {batch} | skipped: {r.get('skipped') or '-'} "
+                f"| {human(r['estimate'])} | - | - | - |"
+            )
             continue
         sps, rate, epoch = r["seconds_per_step"], r["samples_per_second"], r["epoch_seconds"]
-        lines.append(f"| {r['strategy']} | {r['targets']} | {batch} | {human(r['peak'])} | {human(r['estimate'])} "
-                     f"| {f'{sps:.2f}' if sps else '-'} | {f'{rate:.1f}' if rate else '-'} "
-                     f"| {f'{epoch:.0f}' if epoch else '-'} |")
+        lines.append(
+            f"| {r['strategy']} | {r['targets']} | {batch} | {human(r['peak'])} | {human(r['estimate'])} "
+            f"| {f'{sps:.2f}' if sps else '-'} | {f'{rate:.1f}' if rate else '-'} "
+            f"| {f'{epoch:.0f}' if epoch else '-'} |"
+        )
     return "\n".join(lines)
 
 

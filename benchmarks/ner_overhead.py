@@ -95,25 +95,43 @@ def plain_command(recipe: Any, args: argparse.Namespace, model: str, work: Path,
         raise SystemExit("error: the recipe sets train.extra or train.max_steps; ner_plain.py cannot mirror it")
     data = args.data_dir.resolve()
     cmd = [
-        sys.executable, str(PLAIN),
-        "--train", str(data / "train.jsonl"),
-        "--validation", str(data / "validation.jsonl"),
-        "--test", str(data / "test.jsonl"),
-        "--model", model,
-        "--train-rows", str(r.data.max_train_rows),
-        "--epochs", str(t.epochs),
-        "--batch-size", str(t.batch_size),
-        "--eval-batch-size", str(t.eval_batch_size or 2 * t.batch_size),
-        "--lr", str(t.learning_rate),
-        "--warmup", str(t.warmup),
-        "--weight-decay", str(t.weight_decay),
-        "--scheduler", t.scheduler,
-        "--max-length", str(r.model.max_length),
-        "--seed", str(r.seed),
-        "--optim", r.optimize.optimizer,
+        sys.executable,
+        str(PLAIN),
+        "--train",
+        str(data / "train.jsonl"),
+        "--validation",
+        str(data / "validation.jsonl"),
+        "--test",
+        str(data / "test.jsonl"),
+        "--model",
+        model,
+        "--train-rows",
+        str(r.data.max_train_rows),
+        "--epochs",
+        str(t.epochs),
+        "--batch-size",
+        str(t.batch_size),
+        "--eval-batch-size",
+        str(t.eval_batch_size or 2 * t.batch_size),
+        "--lr",
+        str(t.learning_rate),
+        "--warmup",
+        str(t.warmup),
+        "--weight-decay",
+        str(t.weight_decay),
+        "--scheduler",
+        t.scheduler,
+        "--max-length",
+        str(r.model.max_length),
+        "--seed",
+        str(r.seed),
+        "--optim",
+        r.optimize.optimizer,
         "--disable-tqdm",
-        "--output-dir", str(work / "plain_trainer"),
-        "--out", str(out),
+        "--output-dir",
+        str(work / "plain_trainer"),
+        "--out",
+        str(out),
     ]
     if r.data.max_eval_rows:
         cmd += ["--eval-rows", str(r.data.max_eval_rows)]
@@ -147,16 +165,24 @@ def main(argv: list[str] | None = None) -> int:
         rows["plain"][split] = plain[split]
         m = metrics[split]
         rows["nlptasks"][split] = {
-            "f1": m["f1"], "precision": m["precision"], "recall": m["recall"],
-            "words_scored": m["words_scored"], "word_coverage": m["word_coverage"],
+            "f1": m["f1"],
+            "precision": m["precision"],
+            "recall": m["recall"],
+            "words_scored": m["words_scored"],
+            "word_coverage": m["word_coverage"],
         }
     for side, times, sps, train_s in (
         ("plain", plain_times, plain["train_samples_per_second"], plain["train_runtime"]),
         ("nlptasks", ours_times, metrics["train"]["samples_per_second"], metrics["train"]["runtime"]),
     ):
         rows[side].update(
-            {"train_samples_per_second": sps, "train_seconds": train_s, "wall_seconds": times["wall"],
-             "cpu_seconds": times["cpu"], "load_average": [times["load_before"], times["load_after"]]}
+            {
+                "train_samples_per_second": sps,
+                "train_seconds": train_s,
+                "wall_seconds": times["wall"],
+                "cpu_seconds": times["cpu"],
+                "load_average": [times["load_before"], times["load_after"]],
+            }
         )
     p, n = rows["plain"], rows["nlptasks"]
     gap = 100 * (n["test"]["f1"] - p["test"]["f1"])
@@ -189,9 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     st = result["settings"]
     evaluated = "all" if st["eval_rows"] is None else f"the first {st['eval_rows']}"
-    intro = (f"`{args.recipe.name}`, {st['train_rows']} train sentences, {evaluated} validation and test "
-             f"sentences, {st['epochs']:g} epoch(s), max length {st['max_length']}, seed {st['seed']}; "
-             f"transformers {result['versions']['transformers']}, seqeval {result['versions']['seqeval']}.")
+    intro = (
+        f"`{args.recipe.name}`, {st['train_rows']} train sentences, {evaluated} validation and test "
+        f"sentences, {st['epochs']:g} epoch(s), max length {st['max_length']}, seed {st['seed']}; "
+        f"transformers {result['versions']['transformers']}, seqeval {result['versions']['seqeval']}."
+    )
     _docs.publish(args, _docs.block_name(__file__), info, render_table(result), intro)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

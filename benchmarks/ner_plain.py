@@ -59,9 +59,12 @@ def parse_args(argv=None):
     p.add_argument("--scheduler", choices=["linear", "cosine", "constant", "constant_with_warmup"], default="linear")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--optim", default="adamw_torch",
-                   help="TrainingArguments.optim (default here: adamw_torch; transformers' own default, and "
-                        "nlptasks' 'auto' on these CPUs: adamw_torch_fused)")
+    p.add_argument(
+        "--optim",
+        default="adamw_torch",
+        help="TrainingArguments.optim (default here: adamw_torch; transformers' own default, and "
+        "nlptasks' 'auto' on these CPUs: adamw_torch_fused)",
+    )
     p.add_argument("--disable-tqdm", action="store_true", help="hide progress bars")
     p.add_argument("--output-dir", default="/tmp/plain_ner_trainer", help="Trainer scratch dir (nothing is saved)")
     p.add_argument("--out", required=True, help="where to write the result JSON")
@@ -118,7 +121,7 @@ def main(argv=None):
         predictions, refs = eval_pred
         predictions = np.argmax(predictions, axis=-1)
         gold, pred = [], []
-        for p_row, r_row in zip(predictions, refs):
+        for p_row, r_row in zip(predictions, refs, strict=True):
             keep = r_row != -100
             gold.append([labels[i] for i in r_row[keep]])
             pred.append([labels[i] for i in p_row[keep]])

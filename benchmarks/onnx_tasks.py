@@ -33,10 +33,18 @@ import _docs  # noqa: E402
 from _harness import setup  # noqa: E402
 
 TASKS = {
-    "conll2003": {"recipe": "conll2003-minilm.toml", "test": DATA / "conll2003" / "test.jsonl",
-                  "metrics": ("f1", "precision", "recall"), "unit": "sentences"},
-    "mrpc": {"recipe": "mrpc-minilm.toml", "test": DATA / "mrpc" / "test.csv",
-             "metrics": ("accuracy", "f1"), "unit": "pairs"},
+    "conll2003": {
+        "recipe": "conll2003-minilm.toml",
+        "test": DATA / "conll2003" / "test.jsonl",
+        "metrics": ("f1", "precision", "recall"),
+        "unit": "sentences",
+    },
+    "mrpc": {
+        "recipe": "mrpc-minilm.toml",
+        "test": DATA / "mrpc" / "test.csv",
+        "metrics": ("accuracy", "f1"),
+        "unit": "pairs",
+    },
 }
 
 
@@ -45,8 +53,12 @@ def main() -> int:
     p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=["conll2003", "mrpc"])
     p.add_argument("--train-rows", type=int, default=2000, help="training rows per task (default: 2000)")
     p.add_argument("--test-rows", type=int, default=0, help="score only the first N test rows (default: all)")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
-                   help="torch and onnxruntime threads (default: $OMP_NUM_THREADS or 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+        help="torch and onnxruntime threads (default: $OMP_NUM_THREADS or 1)",
+    )
     _docs.add_arguments(p)
     p.add_argument("--json", type=Path, help="write the figures to this file")
     args = p.parse_args()
@@ -110,8 +122,14 @@ def measure_task(name: str, model: str, work: Path, args: argparse.Namespace) ->
             "differ": sum(a != b for a, b in zip(keys, reference, strict=True)),
         }
         del predictor
-    return {"inputs": len(inputs), "unit": task["unit"], "rows": rows, "exports": exports,
-            "test": str(test), "recipe": task["recipe"]}
+    return {
+        "inputs": len(inputs),
+        "unit": task["unit"],
+        "rows": rows,
+        "exports": exports,
+        "test": str(test),
+        "recipe": task["recipe"],
+    }
 
 
 def _key(prediction: dict) -> object:
@@ -123,8 +141,12 @@ def _key(prediction: dict) -> object:
 
 def train(work: Path, name: str, recipe: str, model: str, rows: int) -> Path:
     cmd = [sys.executable, "-m", "nlptasks", "-q", "run", str(ROOT / "recipes" / recipe), "--no-progress"]
-    for s in (f"model.name_or_path={json.dumps(model)}", f"data.max_train_rows={rows}",
-              f"output.dir={work}", f"output.run_name={name}"):
+    for s in (
+        f"model.name_or_path={json.dumps(model)}",
+        f"data.max_train_rows={rows}",
+        f"output.dir={work}",
+        f"output.run_name={name}",
+    ):
         cmd += ["--set", s]
     print(f"training: {' '.join(cmd[2:])}", file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -133,9 +155,11 @@ def train(work: Path, name: str, recipe: str, model: str, rows: int) -> Path:
 
 
 def intro(f: dict) -> str:
-    return (f"{f['threads']} thread(s) for torch and onnxruntime; MiniLM-L6 fine-tuned on {f['train_rows']:,} "
-            "training rows of each task with its shipped recipe; `nlptasks eval` on the whole test file for "
-            "the metrics; the predictor (batches of 32, model load excluded) for the speed.")
+    return (
+        f"{f['threads']} thread(s) for torch and onnxruntime; MiniLM-L6 fine-tuned on {f['train_rows']:,} "
+        "training rows of each task with its shipped recipe; `nlptasks eval` on the whole test file for "
+        "the metrics; the predictor (batches of 32, model load excluded) for the speed."
+    )
 
 
 def render(f: dict) -> str:
@@ -143,21 +167,30 @@ def render(f: dict) -> str:
     for name, t in f["tasks"].items():
         metrics = list(next(iter(t["rows"].values()))["metrics"])
         torch_row = t["rows"]["torch fp32"]
-        lines += [f"**{name}** ({t['inputs']:,} test {t['unit']}, `recipes/{t['recipe']}`)", "",
-                  "| model | " + " | ".join(f"test {m}" for m in metrics) + f" | {t['unit']}/s | vs torch | "
-                  "predictions differing from torch | model.onnx | export (s) |",
-                  "|---|" + "---:|" * (len(metrics) + 5)]
+        lines += [
+            f"**{name}** ({t['inputs']:,} test {t['unit']}, `recipes/{t['recipe']}`)",
+            "",
+            "| model | " + " | ".join(f"test {m}" for m in metrics) + f" | {t['unit']}/s | vs torch | "
+            "predictions differing from torch | model.onnx | export (s) |",
+            "|---|" + "---:|" * (len(metrics) + 5),
+        ]
         for label, r in t["rows"].items():
             cells = []
             for m in metrics:
                 v, base = r["metrics"].get(m), torch_row["metrics"].get(m)
-                change = f" ({100 * (v - base):+.2f} pts)" if label != "torch fp32" and v is not None and base is not None else ""
+                change = (
+                    f" ({100 * (v - base):+.2f} pts)"
+                    if label != "torch fp32" and v is not None and base is not None
+                    else ""
+                )
                 cells.append(f"{v:.4f}{change}" if v is not None else "-")
             kind = label.split()[1] if label.startswith("ONNX") else None
             size = f"{t['exports'][kind]['bytes'] / 2**20:.1f} MiB" if kind else "—"
             secs = str(t["exports"][kind]["seconds"]) if kind else "—"
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {r['per_second']:.0f} | "
-                         f"{r['per_second'] / torch_row['per_second']:.2f}x | {r['differ']} | {size} | {secs} |")
+            lines.append(
+                f"| {label} | " + " | ".join(cells) + f" | {r['per_second']:.0f} | "
+                f"{r['per_second'] / torch_row['per_second']:.2f}x | {r['differ']} | {size} | {secs} |"
+            )
         lines.append("")
     return "\n".join(lines).rstrip()
 

@@ -36,7 +36,7 @@ import _docs  # noqa: E402
 from _harness import setup, timed, versions  # noqa: E402
 from cls_overhead import DATA, RECIPE, ROOT, nlptasks_overrides  # noqa: E402
 
-FIXED = ["train.padding=\"max_length\"", "train.group_by_length=false"]
+FIXED = ['train.padding="max_length"', "train.group_by_length=false"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,20 +92,39 @@ def main(argv: list[str] | None = None) -> int:
     passed = ratio >= args.min_ratio and abs(gap) <= args.max_gap
     print(f"\n{'side':<10}{'accuracy':>10}{'samples/s':>12}{'train s':>10}")
     for side, row in results.items():
-        print(f"{side:<10}{row['accuracy_validation']:>10.4f}{row['train_samples_per_second']:>12.1f}{row['train_seconds']:>10.1f}")
-    print(f"throughput ratio defaults/fixed: {ratio:.2f} (target ≥ {args.min_ratio:g}); "
-          f"accuracy gap {gap:+.2f} points (target within {args.max_gap:g})")
-    intro = (f"`{args.recipe.name}`, {args.train_rows} train rows, {args.epochs:g} epoch(s), validation accuracy on "
-             f"every validation row; transformers {versions()['transformers']}.")
+        print(
+            f"{side:<10}{row['accuracy_validation']:>10.4f}{row['train_samples_per_second']:>12.1f}{row['train_seconds']:>10.1f}"
+        )
+    print(
+        f"throughput ratio defaults/fixed: {ratio:.2f} (target ≥ {args.min_ratio:g}); "
+        f"accuracy gap {gap:+.2f} points (target within {args.max_gap:g})"
+    )
+    intro = (
+        f"`{args.recipe.name}`, {args.train_rows} train rows, {args.epochs:g} epoch(s), validation accuracy on "
+        f"every validation row; transformers {versions()['transformers']}."
+    )
     _docs.publish(args, _docs.block_name(__file__), info, render_table(results, ratio, gap, args), intro)
     if args.json:
-        args.json.write_text(json.dumps({
-            "date": _dt.date.today().isoformat(),
-            "benchmark": f"padding: nlptasks defaults vs fixed max_length padding, {args.recipe.name}",
-            "command": info.command,
-            "train_rows": args.train_rows, "epochs": args.epochs, "cpus": os.cpu_count(), "versions": versions("accelerate"),
-            "results": results, "throughput_ratio": ratio, "accuracy_gap_points": gap, "passed": passed,
-        }, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": _dt.date.today().isoformat(),
+                    "benchmark": f"padding: nlptasks defaults vs fixed max_length padding, {args.recipe.name}",
+                    "command": info.command,
+                    "train_rows": args.train_rows,
+                    "epochs": args.epochs,
+                    "cpus": os.cpu_count(),
+                    "versions": versions("accelerate"),
+                    "results": results,
+                    "throughput_ratio": ratio,
+                    "accuracy_gap_points": gap,
+                    "passed": passed,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
     return 0 if passed else 1
 
 
@@ -120,17 +139,19 @@ def render_table(results: dict, ratio: float, gap: float, args: argparse.Namespa
     def met(ok: bool) -> str:
         return "met" if ok else "**missed**"
 
-    return "\n".join([
-        "| side | validation accuracy | train samples/s | train time | wall time (process) | load at start / end |",
-        "|---|---:|---:|---:|---:|---:|",
-        f"| nlptasks defaults (dynamic padding{grouped}) | {d['accuracy_validation']:.4f} "
-        f"| {d['train_samples_per_second']:.1f} | {d['train_seconds']:.1f} s | {d['wall_seconds']:.1f} s | {load(d)} |",
-        f"| fixed padding to model.max_length (`train.padding = \"max_length\"`) | {f['accuracy_validation']:.4f} "
-        f"| {f['train_samples_per_second']:.1f} | {f['train_seconds']:.1f} s | {f['wall_seconds']:.1f} s | {load(f)} |",
-        f"| defaults vs fixed | {gap:+.2f} points | **x{ratio:.2f}** | | | |",
-        f"| target | within ±{args.max_gap:g} points: {met(abs(gap) <= args.max_gap)} "
-        f"| ≥ x{args.min_ratio:g}: {met(ratio >= args.min_ratio)} | | | |",
-    ])
+    return "\n".join(
+        [
+            "| side | validation accuracy | train samples/s | train time | wall time (process) | load at start / end |",
+            "|---|---:|---:|---:|---:|---:|",
+            f"| nlptasks defaults (dynamic padding{grouped}) | {d['accuracy_validation']:.4f} "
+            f"| {d['train_samples_per_second']:.1f} | {d['train_seconds']:.1f} s | {d['wall_seconds']:.1f} s | {load(d)} |",
+            f'| fixed padding to model.max_length (`train.padding = "max_length"`) | {f["accuracy_validation"]:.4f} '
+            f"| {f['train_samples_per_second']:.1f} | {f['train_seconds']:.1f} s | {f['wall_seconds']:.1f} s | {load(f)} |",
+            f"| defaults vs fixed | {gap:+.2f} points | **x{ratio:.2f}** | | | |",
+            f"| target | within ±{args.max_gap:g} points: {met(abs(gap) <= args.max_gap)} "
+            f"| ≥ x{args.min_ratio:g}: {met(ratio >= args.min_ratio)} | | | |",
+        ]
+    )
 
 
 if __name__ == "__main__":

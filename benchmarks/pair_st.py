@@ -49,18 +49,35 @@ def main(argv: list[str] | None = None) -> int:
     files = {s: DATA / f"{s}.csv" for s in ("train", "validation", "test")}
 
     st_out = work / "st.json"
-    st_cmd = [sys.executable, str(ROOT / "benchmarks" / "plain_st.py"), "--model", model,
-              "--train-rows", str(args.train_rows), "--out", str(st_out), "--output-dir", str(work / "st_trainer"),
-              *(a for s, f in files.items() for a in (f"--{s}", str(f)))]
+    st_cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "plain_st.py"),
+        "--model",
+        model,
+        "--train-rows",
+        str(args.train_rows),
+        "--out",
+        str(st_out),
+        "--output-dir",
+        str(work / "st_trainer"),
+        *(a for s, f in files.items() for a in (f"--{s}", str(f))),
+    ]
     if args.eval_rows:
         st_cmd += ["--eval-rows", str(args.eval_rows)]
     st_time = timed(st_cmd, work / "st.log", env)
     st = json.loads(st_out.read_text(encoding="utf-8"))
 
-    sets = [f"model.name_or_path={json.dumps(model)}", "data.hub=", *(f"data.{s}={json.dumps(str(f))}" for s, f in files.items()),
-            "options.text_a_column=text_a", "options.text_b_column=text_b", "options.label_column=label",
-            f"data.max_train_rows={args.train_rows}", f"output.dir={json.dumps(str(work / 'runs'))}",
-            "output.run_name=ours"]
+    sets = [
+        f"model.name_or_path={json.dumps(model)}",
+        "data.hub=",
+        *(f"data.{s}={json.dumps(str(f))}" for s, f in files.items()),
+        "options.text_a_column=text_a",
+        "options.text_b_column=text_b",
+        "options.label_column=label",
+        f"data.max_train_rows={args.train_rows}",
+        f"output.dir={json.dumps(str(work / 'runs'))}",
+        "output.run_name=ours",
+    ]
     if args.eval_rows:
         sets.append(f"data.max_eval_rows={args.eval_rows}")
     cmd = [sys.executable, "-m", "nlptasks", "run", str(RECIPE), "--no-progress"]
@@ -70,14 +87,23 @@ def main(argv: list[str] | None = None) -> int:
     (metrics_file,) = (work / "runs").glob("*/ours/metrics.json")
     m = json.loads(metrics_file.read_text(encoding="utf-8"))
     figures = {
-        "command": info.command, "threads": args.threads, "train_rows": args.train_rows,
-        "sentence-transformers": {"samples_per_second": st["train_samples_per_second"],
-                                  "validation": st["spearman_validation"], "test": st["spearman_test"],
-                                  "wall": st_time["wall"]},
-        "nlptasks": {"samples_per_second": m["train"]["samples_per_second"], "validation": m["validation"]["spearman"],
-                     "test": m["test"]["spearman"], "wall": ours_time["wall"],
-                     "precision": json.loads((metrics_file.parent / "nlptasks.json").read_text()).get("precision"),
-                     "padding_fraction": m["train"].get("padding_fraction")},
+        "command": info.command,
+        "threads": args.threads,
+        "train_rows": args.train_rows,
+        "sentence-transformers": {
+            "samples_per_second": st["train_samples_per_second"],
+            "validation": st["spearman_validation"],
+            "test": st["spearman_test"],
+            "wall": st_time["wall"],
+        },
+        "nlptasks": {
+            "samples_per_second": m["train"]["samples_per_second"],
+            "validation": m["validation"]["spearman"],
+            "test": m["test"]["spearman"],
+            "wall": ours_time["wall"],
+            "precision": json.loads((metrics_file.parent / "nlptasks.json").read_text()).get("precision"),
+            "padding_fraction": m["train"].get("padding_fraction"),
+        },
     }
     _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
@@ -91,22 +117,28 @@ def goal_met(f: dict) -> bool:
 
 
 def intro(f: dict) -> str:
-    return (f"{f['threads']} torch threads on both sides; MiniLM-L6 bi-encoder, CoSENT, the first "
-            f"{f['train_rows']:,} STS-B training pairs, one epoch; Spearman of cosine similarity vs gold scores.")
+    return (
+        f"{f['threads']} torch threads on both sides; MiniLM-L6 bi-encoder, CoSENT, the first "
+        f"{f['train_rows']:,} STS-B training pairs, one epoch; Spearman of cosine similarity vs gold scores."
+    )
 
 
 def render(f: dict) -> str:
     st, ours = f["sentence-transformers"], f["nlptasks"]
-    lines = ["| side | samples/s | vs sentence-transformers | validation Spearman | test Spearman | whole process (s) |",
-             "|---|---:|---:|---:|---:|---:|",
-             f"| sentence-transformers `SentenceTransformerTrainer` (its defaults: fp32, random batches) | "
-             f"{st['samples_per_second']:.1f} | 1.00x | {st['validation']:.4f} | {st['test']:.4f} | {st['wall']:.0f} |",
-             f"| `nlptasks run recipes/hub/pair-biencoder.toml` (precision {ours['precision']}) | "
-             f"{ours['samples_per_second']:.1f} | **{ours['samples_per_second'] / st['samples_per_second']:.2f}x** | "
-             f"{ours['validation']:.4f} ({100 * (ours['validation'] - st['validation']):+.2f}) | "
-             f"{ours['test']:.4f} ({100 * (ours['test'] - st['test']):+.2f}) | {ours['wall']:.0f} |",
-             "", "Goal (≥ 1x samples/s at equal Spearman, within 0.5 points): "
-             + ("**met**" if goal_met(f) else "**not met**") + "."]
+    lines = [
+        "| side | samples/s | vs sentence-transformers | validation Spearman | test Spearman | whole process (s) |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| sentence-transformers `SentenceTransformerTrainer` (its defaults: fp32, random batches) | "
+        f"{st['samples_per_second']:.1f} | 1.00x | {st['validation']:.4f} | {st['test']:.4f} | {st['wall']:.0f} |",
+        f"| `nlptasks run recipes/hub/pair-biencoder.toml` (precision {ours['precision']}) | "
+        f"{ours['samples_per_second']:.1f} | **{ours['samples_per_second'] / st['samples_per_second']:.2f}x** | "
+        f"{ours['validation']:.4f} ({100 * (ours['validation'] - st['validation']):+.2f}) | "
+        f"{ours['test']:.4f} ({100 * (ours['test'] - st['test']):+.2f}) | {ours['wall']:.0f} |",
+        "",
+        "Goal (≥ 1x samples/s at equal Spearman, within 0.5 points): "
+        + ("**met**" if goal_met(f) else "**not met**")
+        + ".",
+    ]
     return "\n".join(lines)
 
 

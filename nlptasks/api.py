@@ -43,10 +43,19 @@ def run(
     return run_recipe(load(recipe, list(overrides)), progress=progress, resume=resume)
 
 
-def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = False, precision: str = "auto",
-         backend: str = "auto", *, device: str = "auto", batch_size: int | None = None,
-         max_length: int | None = None, threads: int | None = None,
-         options: LoadOptions | None = None) -> Any:
+def load(
+    run_dir: str | Path,
+    adapter: str | None = None,
+    base_only: bool = False,
+    precision: str = "auto",
+    backend: str = "auto",
+    *,
+    device: str = "auto",
+    batch_size: int | None = None,
+    max_length: int | None = None,
+    threads: int | None = None,
+    options: LoadOptions | None = None,
+) -> Any:
     """The predictor of a complete run (step 10): call it with a list of inputs (texts, or dicts
     as read from a csv/jsonl file) to get one dict per input, in order — exactly the JSON objects
     ``nlptasks infer --model RUN_DIR`` prints.
@@ -64,10 +73,20 @@ def load(run_dir: str | Path, adapter: str | None = None, base_only: bool = Fals
 
     path = Path(run_dir)
     if not path.is_dir():
-        raise NlptasksError(f"{path}: no such folder", hint="Pass the folder `nlptasks run` printed (runs/<task>/<name>).")
+        raise NlptasksError(
+            f"{path}: no such folder", hint="Pass the folder `nlptasks run` printed (runs/<task>/<name>)."
+        )
     if options is None:
-        options = LoadOptions(precision=precision, backend=backend, device=device, batch_size=batch_size,
-                              max_length=max_length, adapter=adapter, base_only=base_only, threads=threads)
+        options = LoadOptions(
+            precision=precision,
+            backend=backend,
+            device=device,
+            batch_size=batch_size,
+            max_length=max_length,
+            adapter=adapter,
+            base_only=base_only,
+            threads=threads,
+        )
     return load_predictor(path, options)
 
 

@@ -28,9 +28,7 @@ class Problem:
 class NlptasksError(Exception):
     """Base class: a message for the user, optional problems (one per line) and a hint."""
 
-    def __init__(
-        self, message: str, problems: Sequence[Problem] = (), hint: str | None = None
-    ) -> None:
+    def __init__(self, message: str, problems: Sequence[Problem] = (), hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.problems = list(problems)

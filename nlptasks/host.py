@@ -161,7 +161,8 @@ class Host:
         """Call each plugin's ``register_tasks`` and ``register_backends`` and record what it declares."""
         plugins = [only] if only is not None else self.pm.get_plugins()
         tables: list[tuple[str, type, dict[str, Any], str]] = [
-            ("register_tasks", TaskSpec, self.tasks, "task"), ("register_backends", Backend, self.backends, "backend"),
+            ("register_tasks", TaskSpec, self.tasks, "task"),
+            ("register_backends", Backend, self.backends, "backend"),
         ]
         for plugin in plugins:
             name = self.pm.get_name(plugin)
@@ -172,10 +173,13 @@ class Host:
                 if impl is None:
                     continue
 
-                def register(spec: Any, _name: str = name, _kind: type = kind, _table: dict[str, Any] = table,
-                             _what: str = what) -> None:
+                def register(
+                    spec: Any, _name: str = name, _kind: type = kind, _table: dict[str, Any] = table, _what: str = what
+                ) -> None:
                     if not isinstance(spec, _kind):
-                        raise PluginError(f"plugin {_name!r} registered {spec!r}, not a nlptasks.plugin.{_kind.__name__}")
+                        raise PluginError(
+                            f"plugin {_name!r} registered {spec!r}, not a nlptasks.plugin.{_kind.__name__}"
+                        )
                     if spec.name in _table and _table[spec.name].plugin != _name:
                         other = _table[spec.name].plugin
                         raise _TwoPlugins(
@@ -227,7 +231,8 @@ class Host:
             assert name is not None
             dist, version = self.dist_of(name)
             hooks = sorted(
-                h.name for h in (self.pm.get_hookcallers(plugin) or [])
+                h.name
+                for h in (self.pm.get_hookcallers(plugin) or [])
                 if h.name not in ("register_tasks", "register_backends")
             )
             tasks = sorted(t.name for t in self.tasks.values() if t.plugin == name)
@@ -288,4 +293,3 @@ def reset_host(host: Host | None = None) -> None:
     """Replace (or forget) the process-wide host; for tests."""
     global _HOST
     _HOST = host
-

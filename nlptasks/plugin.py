@@ -17,21 +17,29 @@ called.
 from __future__ import annotations
 
 from nlptasks.context import RunContext
-from nlptasks.engine.data.reading import ROW_COLUMN, load_file, numbered_jsonl
-from nlptasks.engine.training.evaluation import classification_errors
-from nlptasks.engine.data.doctor import balance, blank_texts, duplicates, is_blank, label_sets, split_overlap, truncation
-from nlptasks.engine.io.files import text_lines
-from nlptasks.inference.forward import predict_logits, predict_per_token, sigmoid, softmax
+from nlptasks.engine.data.doctor import (
+    balance,
+    blank_texts,
+    duplicates,
+    is_blank,
+    label_sets,
+    split_overlap,
+    truncation,
+)
 from nlptasks.engine.data.inputs import input_fields, input_texts
+from nlptasks.engine.data.reading import ROW_COLUMN, load_file, numbered_jsonl
+from nlptasks.engine.data.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
+from nlptasks.engine.data.tokenization import get_tokenizer
+from nlptasks.engine.io.files import text_lines
 from nlptasks.engine.model.modeling import label_config, load_model
 from nlptasks.engine.model.packing import keeps_examples_apart, use_segment_attention
 from nlptasks.engine.reports.figures import classification_sections, per_class_table, write_confusion_matrix
-from nlptasks.engine.data.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
-from nlptasks.engine.data.tokenization import get_tokenizer
-from nlptasks.inference.runs import load_run, load_trained_model
+from nlptasks.engine.training.evaluation import classification_errors
 from nlptasks.engine.training.trainer import build_trainer, evaluate_split, make_training_arguments, train_and_evaluate
 from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
 from nlptasks.hookspecs import hookimpl
+from nlptasks.inference.forward import predict_logits, predict_per_token, sigmoid, softmax
+from nlptasks.inference.runs import load_run, load_trained_model
 from nlptasks.labels import label_text, sort_labels
 from nlptasks.metrics import classification_report, correlations
 from nlptasks.peft_support import VIRTUAL_TOKEN_METHODS
@@ -42,21 +50,50 @@ API_GROUPS: dict[str, list[str]] = {
     "The run": ["RunContext", "Evaluation"],
     "Errors": ["NlptasksError", "DataError", "RecipeError", "PluginError", "Problem"],
     "Step 2 and 4: rows and columns": [
-        "ROW_COLUMN", "row_numbers", "with_row_numbers", "require_columns", "filter_rows", "load_file",
-        "numbered_jsonl", "text_lines", "label_text", "sort_labels", "UNKNOWN_LABEL",
+        "ROW_COLUMN",
+        "row_numbers",
+        "with_row_numbers",
+        "require_columns",
+        "filter_rows",
+        "load_file",
+        "numbered_jsonl",
+        "text_lines",
+        "label_text",
+        "sort_labels",
+        "UNKNOWN_LABEL",
     ],
     "Steps 4 and 5: tokenizer and model": [
-        "get_tokenizer", "load_model", "label_config", "use_segment_attention", "keeps_examples_apart",
+        "get_tokenizer",
+        "load_model",
+        "label_config",
+        "use_segment_attention",
+        "keeps_examples_apart",
         "VIRTUAL_TOKEN_METHODS",
     ],
     "Step 6: metrics": ["classification_report", "correlations"],
     "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate", "evaluate_split"],
     "Step 10: predictors": [
-        "Predictor", "LoadOptions", "Backend", "load_run", "load_trained_model", "input_fields", "input_texts", "predict_logits",
-        "predict_per_token", "softmax", "sigmoid",
+        "Predictor",
+        "LoadOptions",
+        "Backend",
+        "load_run",
+        "load_trained_model",
+        "input_fields",
+        "input_texts",
+        "predict_logits",
+        "predict_per_token",
+        "softmax",
+        "sigmoid",
     ],
     "The data doctor (nlptasks check)": [
-        "Finding", "blank_texts", "duplicates", "split_overlap", "label_sets", "balance", "truncation", "is_blank",
+        "Finding",
+        "blank_texts",
+        "duplicates",
+        "split_overlap",
+        "label_sets",
+        "balance",
+        "truncation",
+        "is_blank",
     ],
     "The run report (model card)": ["classification_sections", "per_class_table", "write_confusion_matrix"],
     "Evaluating a trained run (nlptasks eval)": ["classification_errors"],

@@ -132,14 +132,22 @@ class TaskSpec:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             problems.append(f"name {self.name!r}: use lower-case letters, digits, '_' and '-'")
         if isinstance(self.peft_task_type, str) and self.peft_task_type not in peft_task_types():
-            problems.append(f"peft_task_type {self.peft_task_type!r}: not a task type of the installed peft "
-                            f"({', '.join(peft_task_types())})")
+            problems.append(
+                f"peft_task_type {self.peft_task_type!r}: not a task type of the installed peft "
+                f"({', '.join(peft_task_types())})"
+            )
         if isinstance(self.peft_unsupported, Mapping):
-            problems += [f"peft_unsupported: {m!r} is not a method ({', '.join(METHODS)})"
-                         for m in self.peft_unsupported if m not in METHODS]
+            problems += [
+                f"peft_unsupported: {m!r} is not a method ({', '.join(METHODS)})"
+                for m in self.peft_unsupported
+                if m not in METHODS
+            ]
         if isinstance(self.label_fields, Mapping):
-            problems += [f"label_fields: {column!r} has kind {kind!r}, not one of {', '.join(LABEL_KINDS)}"
-                         for column, kind in self.label_fields.items() if kind not in LABEL_KINDS]
+            problems += [
+                f"label_fields: {column!r} has kind {kind!r}, not one of {', '.join(LABEL_KINDS)}"
+                for column, kind in self.label_fields.items()
+                if kind not in LABEL_KINDS
+            ]
         if isinstance(self.best_metric, str) and isinstance(self.metrics, (list, tuple)) and self.metrics:
             if not _matches(self.best_metric, [*self.metrics, "loss"]):
                 problems.append(f"best_metric {self.best_metric!r} is not among metrics ({', '.join(self.metrics)})")

@@ -32,8 +32,9 @@ os.environ.pop("NLPTASKS_BLOCK_PLUGINS", None)
 
 
 def pytest_addoption(parser):
-    parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the slow real-data quality checks (marked slow)")
+    parser.addoption(
+        "--slow", action="store_true", default=False, help="also run the slow real-data quality checks (marked slow)"
+    )
 
 
 def pytest_configure(config):
@@ -50,6 +51,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
 
 # A model small enough that a run takes seconds.
 from nlptasks.testing import TINY as _TINY  # noqa: E402
@@ -79,8 +81,13 @@ def cli(capsys):
 
 # -- tiny runs -------------------------------------------------------------------------------------
 
-TINY_DECODER = ["model.scratch.layers=1", "model.scratch.hidden=64", "model.scratch.heads=2",
-                "model.scratch.intermediate=128", "model.scratch.min_frequency=1"]
+TINY_DECODER = [
+    "model.scratch.layers=1",
+    "model.scratch.hidden=64",
+    "model.scratch.heads=2",
+    "model.scratch.intermediate=128",
+    "model.scratch.min_frequency=1",
+]
 """What :data:`TINY` is for the encoders, for a decoder (``sft``): seconds-long runs."""
 
 
@@ -105,8 +112,15 @@ class RunFolder(type(Path())):
     argv: tuple[str, ...] = ()
 
 
-def tiny_run(folder: Path, recipe: str | Path, name: str, *sets: str, tiny: Sequence[str] = TINY,
-             epochs: int | None = 1, exit_code: int = 0) -> RunFolder:
+def tiny_run(
+    folder: Path,
+    recipe: str | Path,
+    name: str,
+    *sets: str,
+    tiny: Sequence[str] = TINY,
+    epochs: int | None = 1,
+    exit_code: int = 0,
+) -> RunFolder:
     """Train ``recipe`` in-process through the CLI, ``nlptasks run RECIPE --no-progress`` with the
     overrides ``tiny``, ``train.epochs=EPOCHS`` (none when ``None``), ``output.dir=FOLDER``,
     ``output.run_name=NAME``, then ``sets`` (a later key wins); assert it exited ``exit_code`` (the
@@ -121,8 +135,13 @@ def tiny_run(folder: Path, recipe: str | Path, name: str, *sets: str, tiny: Sequ
     from nlptasks.testing import run_cli
 
     path = RECIPES / recipe
-    overrides = [*tiny, *([f"train.epochs={epochs}"] if epochs is not None else []), f"output.dir={folder}",
-                 f"output.run_name={name}", *sets]
+    overrides = [
+        *tiny,
+        *([f"train.epochs={epochs}"] if epochs is not None else []),
+        f"output.dir={folder}",
+        f"output.run_name={name}",
+        *sets,
+    ]
     task = read_toml(path).get("task")
     for item in overrides:
         key, value = parse_override(item)
@@ -140,11 +159,25 @@ def tiny_run(folder: Path, recipe: str | Path, name: str, *sets: str, tiny: Sequ
 
 # Inputs of the parity and export tests (tests/test_parity.py, tests/test_onnx.py).
 # Lengths from 1 character to past max_length (64 tokens in TINY), in no particular order.
-CLS_TEXTS = ["好", "房间又脏又吵，太差了，再也不来了！！", "服务很好", "差" * 3, "这家酒店服务很好，房间也干净，早餐丰富" * 5,
-             "前台态度一般", "位置不错但是隔音很差，晚上睡不好，早餐也很一般", "还行", "不推荐"]
-PAIRS = [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票"), ("好", "好的"),
-         ("可以带宠物入住吗？我家有一只小狗", "宠物能不能带进房间"), ("退房时间是几点", "几点之前要退房，可以延迟退房吗，要加钱吗"),
-         ("密码忘了", "怎么重置密码")]
+CLS_TEXTS = [
+    "好",
+    "房间又脏又吵，太差了，再也不来了！！",
+    "服务很好",
+    "差" * 3,
+    "这家酒店服务很好，房间也干净，早餐丰富" * 5,
+    "前台态度一般",
+    "位置不错但是隔音很差，晚上睡不好，早餐也很一般",
+    "还行",
+    "不推荐",
+]
+PAIRS = [
+    ("酒店早餐几点开始", "早饭几点开始供应"),
+    ("怎么开发票", "我想退掉火车票"),
+    ("好", "好的"),
+    ("可以带宠物入住吗？我家有一只小狗", "宠物能不能带进房间"),
+    ("退房时间是几点", "几点之前要退房，可以延迟退房吗，要加钱吗"),
+    ("密码忘了", "怎么重置密码"),
+]
 
 
 def read_metrics(run_dir: Path) -> dict:
@@ -179,7 +212,7 @@ def _cpu_ticks(pid: int) -> int:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(entry.name))
         ticks[int(entry.name)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
     total, todo = 0, [pid]
@@ -227,11 +260,17 @@ def run_process(command: list[str], input: str | None = None, idle_s: float = ID
     hang guard instead of a time limit."""
     import subprocess
 
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE if input is not None else None, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs)
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE if input is not None else None,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
     out, err = communicate(proc, input, idle_s)
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
-
 
 
 def nlptasks(*args, cwd: Path | None = None, input: str | None = None, **kwargs):
@@ -250,7 +289,9 @@ def wait_for(ready, proc, idle_s: float = IDLE_S, poll_s: float = 0.1) -> None:
 
     def output() -> str:
         out, err = proc.communicate()
-        return "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (out or "", err or ""))[-3000:]
+        return "".join(x.decode(errors="replace") if isinstance(x, bytes) else x for x in (out or "", err or ""))[
+            -3000:
+        ]
 
     watch = Path("/proc/self/stat").exists()  # without /proc: a plain, generous wait
     last, still_since = (_cpu_ticks(proc.pid) if watch else 0), time.monotonic()
@@ -273,8 +314,12 @@ def wait_for(ready, proc, idle_s: float = IDLE_S, poll_s: float = 0.1) -> None:
 
 QUESTION = "湖畔酒店几点可以入住？"
 _SMALL = ["data.max_train_rows=64", "data.max_eval_rows=8"]
-SERVED = {"sft": [*_SMALL, "peft.method=none", "options.generation_eval.rows=2"], "cls": _SMALL, "ner": _SMALL,
-          "pair": _SMALL}
+SERVED = {
+    "sft": [*_SMALL, "peft.method=none", "options.generation_eval.rows=2"],
+    "cls": _SMALL,
+    "ner": _SMALL,
+    "pair": _SMALL,
+}
 """The overrides of each task's tiny quickstart run that the server tests serve."""
 
 

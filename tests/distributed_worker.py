@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 from nlptasks import hookimpl
-from nlptasks.pipeline import run
+from nlptasks.pipeline import load_recipe, run
 from nlptasks.testing import plugin_host
-from nlptasks.pipeline import load_recipe
 
 
 class Witness:

@@ -14,10 +14,10 @@ doctor), one ``error:`` line naming the key path or the file and line, and no tr
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 HERE = Path(__file__).resolve().parent / "bad_inputs"
 RECIPES = sorted((HERE / "recipes").glob("*.toml"))
@@ -75,8 +75,21 @@ def dirty_recipe(tmp_path: Path, entry: dict) -> Path:
     files[split] = DATA / entry["name"]
     lines = [f'task = "{task}"', "", "[data]"]
     lines += [f'{name} = "{file.as_posix()}"' for name, file in files.items()]
-    lines += ["", "[model]", "max_length = 32", "", "[model.scratch]", "layers = 1", "hidden = 32", "heads = 2",
-              "intermediate = 64", "min_frequency = 1", "", "[train]", "max_steps = 1"]
+    lines += [
+        "",
+        "[model]",
+        "max_length = 32",
+        "",
+        "[model.scratch]",
+        "layers = 1",
+        "hidden = 32",
+        "heads = 2",
+        "intermediate = 64",
+        "min_frequency = 1",
+        "",
+        "[train]",
+        "max_steps = 1",
+    ]
     if task == "ner":
         lines += ["", "[options]", 'tokens_column = "tokens"', 'tags_column = "tags"']
     recipe = tmp_path / "recipe.toml"

@@ -39,8 +39,12 @@ def test_benchmarks_and_peers_are_told_apart():
     assert {"cold_start", "infer_speed", "cls_overhead", "ner_overhead", "padding", "sft_packing", "ladder"} <= names
     assert not names & {"plain_cls", "ner_plain", "plain_st", "trl_sft", "_docs"}
     peers = {p.name: _docs.peer_of(p) for p in (ROOT / "benchmarks").glob("[!_]*.py") if _docs.peer_of(p)}
-    assert peers == {"plain_cls.py": "cls_overhead.py", "ner_plain.py": "ner_overhead.py", "plain_st.py": "pair_st.py",
-                     "trl_sft.py": "sft_trl.py"}
+    assert peers == {
+        "plain_cls.py": "cls_overhead.py",
+        "ner_plain.py": "ner_overhead.py",
+        "plain_st.py": "pair_st.py",
+        "trl_sft.py": "sft_trl.py",
+    }
     for peer in peers.values():
         assert (ROOT / "benchmarks" / peer).exists()
 
@@ -77,19 +81,24 @@ def test_header_and_publish(tmp_path, monkeypatch, capsys):
     header = info.header()
     assert header.startswith("`OMP_NUM_THREADS=1 python benchmarks/padding.py --train-rows 64 --docs`, ")
     assert re.search(r", \d{4}-\d\d-\d\d \d\d:\d\d UTC; ", header)
-    assert re.search(r"machine: \d+ CPU cores \(.+\), torch \S+ \(\d+ threads?\), 1-minute load average [\d.]+ at the start",
-                     header), header
+    assert re.search(
+        r"machine: \d+ CPU cores \(.+\), torch \S+ \(\d+ threads?\), 1-minute load average [\d.]+ at the start", header
+    ), header
     assert _docs.block_name("benchmarks/cls_overhead.py", "mrpc-minilm") == "cls_overhead-mrpc-minilm"
 
     doc = tmp_path / "bench.md"
     doc.write_text("<!-- padding:begin -->\n<!-- padding:end -->\n", encoding="utf-8")
     args = argparse.Namespace(docs=False, docs_file=doc)
     _docs.publish(args, "padding", info, "| x |", "Intro.")
-    assert doc.read_text(encoding="utf-8") == "<!-- padding:begin -->\n<!-- padding:end -->\n"  # no --docs: printed only
+    assert (
+        doc.read_text(encoding="utf-8") == "<!-- padding:begin -->\n<!-- padding:end -->\n"
+    )  # no --docs: printed only
     assert "| x |" in capsys.readouterr().out
     args.docs = True
     _docs.publish(args, "padding", info, "| x |", "Intro.")
-    assert doc.read_text(encoding="utf-8") == f"<!-- padding:begin -->\n{header} Intro.\n\n| x |\n<!-- padding:end -->\n"
+    assert (
+        doc.read_text(encoding="utf-8") == f"<!-- padding:begin -->\n{header} Intro.\n\n| x |\n<!-- padding:end -->\n"
+    )
 
 
 def test_docs_file_must_exist_before_the_run(tmp_path, capsys):

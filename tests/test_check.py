@@ -16,9 +16,8 @@ import pytest
 
 from conftest import RECIPES, SHARED_DATA, TINY
 from nlptasks import Finding, hookimpl
-from nlptasks.pipeline import check
+from nlptasks.pipeline import check, load_recipe
 from nlptasks.testing import plugin_host
-from nlptasks.pipeline import load_recipe
 
 
 def doctor(cli, recipe: Path, *sets: str) -> tuple[int, dict, str]:
@@ -62,23 +61,29 @@ def test_the_quickstart_data_is_clean(cli, name):
 
 
 def test_cls_seeded_defects(cli, tmp_path):
-    good = [[f"好评第{i}条，房间干净服务周到", "正面"] for i in range(60)] + [[f"差评第{i}条，又脏又吵", "负面"] for i in range(3)]
+    good = [[f"好评第{i}条，房间干净服务周到", "正面"] for i in range(60)] + [
+        [f"差评第{i}条，又脏又吵", "负面"] for i in range(3)
+    ]
     train = good + [
-        ["", "正面"],                      # row 64: empty text
-        ["   ", "负面"],                   # row 65: whitespace only
+        ["", "正面"],  # row 64: empty text
+        ["   ", "负面"],  # row 65: whitespace only
         ["好评第1条，房间干净服务周到", "正面"],  # row 66: duplicate of row 2
         ["好评第2条，房间干净服务周到", "负面"],  # row 67: same text as row 3, other label
-        ["没有标签的一行", ""],            # row 68: no label
+        ["没有标签的一行", ""],  # row 68: no label
     ]
-    validation = [["差评第0条，又脏又吵", "负面"],  # row 1: also in train
-                  ["一般般吧", "中性"],             # row 2: a label train lacks
-                  ["很好" * 100, "正面"]]           # row 3: longer than max_length
+    validation = [
+        ["差评第0条，又脏又吵", "负面"],  # row 1: also in train
+        ["一般般吧", "中性"],  # row 2: a label train lacks
+        ["很好" * 100, "正面"],
+    ]  # row 3: longer than max_length
     test = [["全新的句子", "正面"], ["另一句", "负面"]]
     header = ["text", "label"]
-    sets = [f"data.train={write_csv(tmp_path / 'train.csv', header, train)}",
-            f"data.validation={write_csv(tmp_path / 'validation.csv', header, validation)}",
-            f"data.test={write_csv(tmp_path / 'test.csv', header, test)}",
-            "model.max_length=64"]
+    sets = [
+        f"data.train={write_csv(tmp_path / 'train.csv', header, train)}",
+        f"data.validation={write_csv(tmp_path / 'validation.csv', header, validation)}",
+        f"data.test={write_csv(tmp_path / 'test.csv', header, test)}",
+        "model.max_length=64",
+    ]
     code, report, _ = doctor(cli, RECIPES / "cls.toml", *sets)
     assert code == 1 and not report["ok"]
     assert one(report, "empty-text", "train")["rows"] == [64, 65]
@@ -97,9 +102,11 @@ def test_cls_seeded_defects(cli, tmp_path):
 def test_text_output_lists_errors_first_and_says_what_next(cli, tmp_path):
     header = ["text", "label"]
     rows = [["好", "a"], ["坏", "b"]] * 3
-    sets = [f"data.train={write_csv(tmp_path / 'train.csv', header, rows)}",
-            f"data.validation={write_csv(tmp_path / 'v.csv', header, [['新', 'c']])}",
-            f"data.test={write_csv(tmp_path / 't.csv', header, [['好', 'a']])}"]
+    sets = [
+        f"data.train={write_csv(tmp_path / 'train.csv', header, rows)}",
+        f"data.validation={write_csv(tmp_path / 'v.csv', header, [['新', 'c']])}",
+        f"data.test={write_csv(tmp_path / 't.csv', header, [['好', 'a']])}",
+    ]
     argv = ["check", str(RECIPES / "cls.toml")] + [x for s in (*TINY, *sets) for x in ("--set", s)]
     code, out, _ = cli(*argv)
     lines = out.splitlines()
@@ -119,16 +126,21 @@ def test_ner_seeded_defects(cli, tmp_path):
     train = [sent("小明在北京", ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]) for _ in range(2)]  # line 2 repeats 1
     train += [
         sent("王芳去上海", ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]),
-        sent("他在杭州", ["O", "O", "I-LOC", "I-LOC"]),           # line 4: I-LOC after O
-        sent("长" * 80, ["B-LOC"] + ["I-LOC"] * 79),              # line 5: longer than max_length
+        sent("他在杭州", ["O", "O", "I-LOC", "I-LOC"]),  # line 4: I-LOC after O
+        sent("长" * 80, ["B-LOC"] + ["I-LOC"] * 79),  # line 5: longer than max_length
     ]
-    validation = [sent("王芳去上海", ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]),   # line 1: also in train
-                  sent("苹果公司", ["B-ORG", "I-ORG", "I-ORG", "I-ORG"])]           # line 2: ORG unknown to train
-    test = [sent("李雷在广州", ["B-PER", "I-PER", "O", "X-LOC", "I-LOC"])]        # line 1: not a BIO tag
-    sets = [f"data.train={write_jsonl(tmp_path / 'train.jsonl', train)}",
-            f"data.validation={write_jsonl(tmp_path / 'validation.jsonl', validation)}",
-            f"data.test={write_jsonl(tmp_path / 'test.jsonl', test)}",
-            "model.max_length=32", "options.overflow=truncate"]
+    validation = [
+        sent("王芳去上海", ["B-PER", "I-PER", "O", "B-LOC", "I-LOC"]),  # line 1: also in train
+        sent("苹果公司", ["B-ORG", "I-ORG", "I-ORG", "I-ORG"]),
+    ]  # line 2: ORG unknown to train
+    test = [sent("李雷在广州", ["B-PER", "I-PER", "O", "X-LOC", "I-LOC"])]  # line 1: not a BIO tag
+    sets = [
+        f"data.train={write_jsonl(tmp_path / 'train.jsonl', train)}",
+        f"data.validation={write_jsonl(tmp_path / 'validation.jsonl', validation)}",
+        f"data.test={write_jsonl(tmp_path / 'test.jsonl', test)}",
+        "model.max_length=32",
+        "options.overflow=truncate",
+    ]
     code, report, _ = doctor(cli, RECIPES / "ner.toml", *sets)
     assert code == 1
     transitions = one(report, "invalid-transitions", "train")
@@ -151,14 +163,16 @@ def test_ner_seeded_defects(cli, tmp_path):
 def test_pair_seeded_defects(cli, tmp_path):
     header = ["text_a", "text_b", "label"]
     train = [[f"问题{i}", f"回答{i}", i % 2] for i in range(20)] + [
-        ["怎么退款", "", 1],                # row 21: empty side
-        ["回答3", "问题3", 0],              # row 22: row 4 in the other order (a duplicate pair)
+        ["怎么退款", "", 1],  # row 21: empty side
+        ["回答3", "问题3", 0],  # row 22: row 4 in the other order (a duplicate pair)
     ]
-    validation = [["回答7", "问题7", 1]]     # row 1: a train pair, reversed
+    validation = [["回答7", "问题7", 1]]  # row 1: a train pair, reversed
     test = [["全新的问题", "全新的回答", 0]]
-    sets = [f"data.train={write_csv(tmp_path / 'train.csv', header, train)}",
-            f"data.validation={write_csv(tmp_path / 'validation.csv', header, validation)}",
-            f"data.test={write_csv(tmp_path / 'test.csv', header, test)}"]
+    sets = [
+        f"data.train={write_csv(tmp_path / 'train.csv', header, train)}",
+        f"data.validation={write_csv(tmp_path / 'validation.csv', header, validation)}",
+        f"data.test={write_csv(tmp_path / 'test.csv', header, test)}",
+    ]
     code, report, _ = doctor(cli, RECIPES / "pair.toml", *sets)
     assert code == 1  # bad_rows = "error": a run would stop on the empty side
     empty = one(report, "empty-text", "train")
@@ -183,10 +197,14 @@ def test_sft_seeded_defects(cli, tmp_path):
     ]
     validation = [{"instruction": "问题5", "input": "", "output": "答案5"}]  # line 1: also in train
     test = [{"instruction": "新问题", "input": "", "output": "新答案"}]
-    sets = [f"data.train={write_jsonl(tmp_path / 'train.jsonl', train)}",
-            f"data.validation={write_jsonl(tmp_path / 'validation.jsonl', validation)}",
-            f"data.test={write_jsonl(tmp_path / 'test.jsonl', test)}",
-            "model.max_length=48", "model.scratch.min_frequency=1", "model.scratch.vocab_size=300"]
+    sets = [
+        f"data.train={write_jsonl(tmp_path / 'train.jsonl', train)}",
+        f"data.validation={write_jsonl(tmp_path / 'validation.jsonl', validation)}",
+        f"data.test={write_jsonl(tmp_path / 'test.jsonl', test)}",
+        "model.max_length=48",
+        "model.scratch.min_frequency=1",
+        "model.scratch.vocab_size=300",
+    ]
     code, report, _ = doctor(cli, RECIPES / "sft.toml", *sets)
     assert code == 1
     malformed = one(report, "malformed", "train")
@@ -205,7 +223,9 @@ def test_unreadable_data_is_one_error_naming_file_and_line(cli, tmp_path):
     code, report, _ = doctor(cli, RECIPES / "ner.toml", f"data.train={bad}")
     assert code == 1
     (finding,) = report["findings"]
-    assert finding["check"] == "load" and "train.jsonl" in finding["message"] and ":2: invalid JSON" in finding["message"]
+    assert (
+        finding["check"] == "load" and "train.jsonl" in finding["message"] and ":2: invalid JSON" in finding["message"]
+    )
 
 
 def test_chnsenticorp_dirty_rows_are_found(cli):
@@ -213,8 +233,13 @@ def test_chnsenticorp_dirty_rows_are_found(cli):
     data = SHARED_DATA / "chnsenticorp"
     if not data.exists():
         pytest.skip("../shared/data is not here")
-    code, report, _ = doctor(cli, RECIPES / "cls.toml", f"data.train={data / 'train.csv'}",
-                             f"data.validation={data / 'dirty.csv'}", f"data.test={data / 'test.csv'}")
+    code, report, _ = doctor(
+        cli,
+        RECIPES / "cls.toml",
+        f"data.train={data / 'train.csv'}",
+        f"data.validation={data / 'dirty.csv'}",
+        f"data.test={data / 'test.csv'}",
+    )
     assert code == 0
     assert len(one(report, "empty-text", "validation")["rows"]) == 1
     shared = one(report, "overlap", "validation")["rows"]

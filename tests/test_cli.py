@@ -25,8 +25,16 @@ def trained(tmp_path_factory):
 
 def test_run_writes_a_complete_run(trained):
     _, run_dir, proc = trained
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "labels.json", "recipe.toml",
-                 "metrics.json", "nlptasks.json", "COMPLETE"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "labels.json",
+        "recipe.toml",
+        "metrics.json",
+        "nlptasks.json",
+        "COMPLETE",
+    ):
         assert (run_dir / name).is_file(), name
     assert not (run_dir / "checkpoints").exists()
     metrics = read_metrics(run_dir)
@@ -104,7 +112,13 @@ def test_batched_inference_keeps_the_input_order(trained):
 
     _, run_dir, _ = trained
     predictor = load_predictor(run_dir)
-    texts = ["好", "房间又脏又吵，太差了，再也不来了！！", "服务很好", "差", "这家酒店服务很好，房间也干净，早餐丰富"] * 3
+    texts = [
+        "好",
+        "房间又脏又吵，太差了，再也不来了！！",
+        "服务很好",
+        "差",
+        "这家酒店服务很好，房间也干净，早餐丰富",
+    ] * 3
     one_by_one = [predictor([t])[0] for t in texts]
     predictor.batch_size = 4
     batched = predictor(texts)

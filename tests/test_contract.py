@@ -38,8 +38,9 @@ class Witness:
         fn = yield
 
         def metrics(evaluation):
-            self.seen.append((evaluation.split, evaluation.side["name"], evaluation.side["rows"],
-                              len(evaluation.label_ids)))
+            self.seen.append(
+                (evaluation.split, evaluation.side["name"], evaluation.side["rows"], len(evaluation.label_ids))
+            )
             assert ctx.evaluating == evaluation.split
             return fn(evaluation)
 
@@ -68,8 +69,10 @@ def test_a_plugins_own_step_9_gets_the_split_named_too(tmp_path):
             trainer.train()
             test = trainer.evaluate(eval_dataset=data["test"], metric_key_prefix="final")
             predicted = trainer.predict(data["validation"])
-            return {"test": {k.removeprefix("final_"): v for k, v in test.items()},
-                    "validation": {k.removeprefix("test_"): v for k, v in predicted.metrics.items()}}
+            return {
+                "test": {k.removeprefix("final_"): v for k, v in test.items()},
+                "validation": {k.removeprefix("test_"): v for k, v in predicted.metrics.items()},
+            }
 
     host = plugin_host(builtins=True, witness=witness, loop=OwnLoop())
     run_recipe(RECIPES / "cls.toml", *QUICK, "train.eval_strategy=no", host=host, folder=tmp_path)
@@ -84,55 +87,84 @@ def test_a_compute_metrics_without_the_best_metric_is_a_plugin_error(tmp_path):
             return lambda evaluation: {"something_else": 1.0}
 
     host = plugin_host(builtins=True, forgetful=Forgetful())
-    code, _, err = run_cli("run", RECIPES / "cls.toml", "--no-progress", *[a for s in QUICK for a in ("--set", s)],
-                           "--set", f"output.dir={tmp_path}", host=host)
+    code, _, err = run_cli(
+        "run",
+        RECIPES / "cls.toml",
+        "--no-progress",
+        *[a for s in QUICK for a in ("--set", s)],
+        "--set",
+        f"output.dir={tmp_path}",
+        host=host,
+    )
     assert code == 2
-    assert "task 'cls' picks checkpoints by 'accuracy', but step 6's compute_metrics returned only: " \
-           "something_else (on validation)" in err
+    assert (
+        "task 'cls' picks checkpoints by 'accuracy', but step 6's compute_metrics returned only: "
+        "something_else (on validation)" in err
+    )
 
 
 # --- what a task declares ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("recipe,best,ok", [
-    ("cls.toml", "f1_macro", True),
-    ("cls.toml", "f1/正面", True),  # a per-class key: matches the declared f1/<class>
-    ("cls.toml", "loss", True),
-    ("cls.toml", "f1_micro", False),
-    ("ner.toml", "f1/LOC", True),
-    ("ner.toml", "accuracy", True),
-    ("ner.toml", "spearman", False),
-    ("sft.toml", "perplexity", True),
-    ("sft.toml", "gen_char_f1", False),  # scored after training: it cannot pick checkpoints
-    ("sft.toml", "accuracy", False),
-])
+@pytest.mark.parametrize(
+    "recipe,best,ok",
+    [
+        ("cls.toml", "f1_macro", True),
+        ("cls.toml", "f1/正面", True),  # a per-class key: matches the declared f1/<class>
+        ("cls.toml", "loss", True),
+        ("cls.toml", "f1_micro", False),
+        ("ner.toml", "f1/LOC", True),
+        ("ner.toml", "accuracy", True),
+        ("ner.toml", "spearman", False),
+        ("sft.toml", "perplexity", True),
+        ("sft.toml", "gen_char_f1", False),  # scored after training: it cannot pick checkpoints
+        ("sft.toml", "accuracy", False),
+    ],
+)
 def test_validate_checks_best_metric_against_the_tasks_metrics(cli, recipe, best, ok):
     code, out, err = cli("validate", RECIPES / recipe, "--set", f"train.best_metric={best}")
     if ok:
         assert code == 0, err
     else:
-        assert code == 2 and f"train.best_metric: {best!r} is not a metric of task" in err and "its metrics: loss" in err
+        assert (
+            code == 2 and f"train.best_metric: {best!r} is not a metric of task" in err and "its metrics: loss" in err
+        )
 
 
 def test_the_metric_names_follow_the_options(cli):
-    code, _, err = cli("validate", RECIPES / "pair.toml", "--set", "options.mode=bi", "--set",
-                       "options.label_type=score", "--set", "train.best_metric=accuracy")
+    code, _, err = cli(
+        "validate",
+        RECIPES / "pair.toml",
+        "--set",
+        "options.mode=bi",
+        "--set",
+        "options.label_type=score",
+        "--set",
+        "train.best_metric=accuracy",
+    )
     assert code == 2 and "its metrics: loss, spearman, pearson" in err
-    code, _, err = cli("validate", RECIPES / "pair.toml", "--set", "options.mode=bi", "--set", "train.best_metric=accuracy")
+    code, _, err = cli(
+        "validate", RECIPES / "pair.toml", "--set", "options.mode=bi", "--set", "train.best_metric=accuracy"
+    )
     # a binary bi-encoder's accuracy comes from its threshold, found after training: no checkpoint can be picked by it
     assert code == 2 and "its metrics: loss, spearman, pearson" in err
     code, _, err = cli("validate", RECIPES / "pair.toml", "--set", "train.best_metric=f1")
     assert code == 0, err  # the cross-encoder's positive-class F1
 
 
-@pytest.mark.parametrize("bad,message", [
-    ({"name": "Has Space"}, "use lower-case letters"),
-    ({"peft_task_type": "SEQ2SEQ"}, "peft_task_type 'SEQ2SEQ': not a task type of the installed peft (SEQ_CLS, "
-                                    "SEQ_2_SEQ_LM"),
-    ({"label_fields": {"labels": "word"}}, "'labels' has kind 'word'"),
-    ({"metrics": ("f1",), "best_metric": "accuracy"}, "best_metric 'accuracy' is not among metrics"),
-    ({"peft_unsupported": {"lorra": "x"}}, "'lorra' is not a method"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ({"name": "Has Space"}, "use lower-case letters"),
+        (
+            {"peft_task_type": "SEQ2SEQ"},
+            "peft_task_type 'SEQ2SEQ': not a task type of the installed peft (SEQ_CLS, SEQ_2_SEQ_LM",
+        ),
+        ({"label_fields": {"labels": "word"}}, "'labels' has kind 'word'"),
+        ({"metrics": ("f1",), "best_metric": "accuracy"}, "best_metric 'accuracy' is not among metrics"),
+        ({"peft_unsupported": {"lorra": "x"}}, "'lorra' is not a method"),
+    ],
+)
 def test_a_bad_taskspec_makes_its_plugin_fail_to_load_not_the_host(bad, message):
     from nlptasks.types import TaskSpec
 
@@ -160,15 +192,28 @@ def test_the_closing_command_is_the_tasks_own(tmp_path):
     assert [set(json.loads(x)) for x in out.splitlines()] == [{"text_a", "text_b", "label", "score"}]
 
 
-@pytest.mark.parametrize("recipe,labels_row", [
-    ("ner.toml", "(entity types; BIO tags)"),
-    ("sft.toml", "- (generates text)"),
-])
+@pytest.mark.parametrize(
+    "recipe,labels_row",
+    [
+        ("ner.toml", "(entity types; BIO tags)"),
+        ("sft.toml", "- (generates text)"),
+    ],
+)
 def test_the_cards_labels_row_is_the_tasks_own(tmp_path, recipe, labels_row):
     if recipe == "sft.toml":
-        run = tiny_run(tmp_path, recipe, "run", "model.scratch.min_frequency=1", "data.max_train_rows=16",
-                       "data.max_eval_rows=4", "train.max_steps=2", "options.generation_eval.rows=1",
-                       "options.generation_eval.max_new_tokens=2", tiny=(), epochs=None)
+        run = tiny_run(
+            tmp_path,
+            recipe,
+            "run",
+            "model.scratch.min_frequency=1",
+            "data.max_train_rows=16",
+            "data.max_eval_rows=4",
+            "train.max_steps=2",
+            "options.generation_eval.rows=1",
+            "options.generation_eval.max_new_tokens=2",
+            tiny=(),
+            epochs=None,
+        )
     else:
         run = tiny_run(tmp_path, recipe, "run", *SMALL, "train.max_steps=2")
     card = (run / "README.md").read_text(encoding="utf-8")
@@ -231,9 +276,18 @@ def test_a_position_outside_the_input_is_named(tmp_path):
     rows = [(f"文本{i}很好", "a") for i in range(6)]
     train = write_csv(tmp_path / "t.csv", rows)
     host = plugin_host(builtins=True, spans=Spans())
-    loaded = load_recipe(RECIPES / "cls.toml", ["task=spans", "options={}", f"data.train={train}",
-                                                "data.validation=''", "data.test=''", "data.split.validation=0.5"],
-                         host=host)
+    loaded = load_recipe(
+        RECIPES / "cls.toml",
+        [
+            "task=spans",
+            "options={}",
+            f"data.train={train}",
+            "data.validation=''",
+            "data.test=''",
+            "data.split.validation=0.5",
+        ],
+        host=host,
+    )
     with pytest.raises(NlptasksError, match=r"end outside the example's tokens: rows 1"):
         inspect_batch(loaded, rows=1, host=host, out=lambda line: None)
 

@@ -18,8 +18,14 @@ import pytest
 from conftest import RECIPES, ROOT, TINY, communicate, run_process
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
-SETS = [*TINY, "train.epochs=1", "data.max_train_rows=96", "data.max_eval_rows=40", "train.batch_size=8",
-        "train.group_by_length=false"]
+SETS = [
+    *TINY,
+    "train.epochs=1",
+    "data.max_train_rows=96",
+    "data.max_eval_rows=40",
+    "train.batch_size=8",
+    "train.group_by_length=false",
+]
 
 
 def _env() -> dict[str, str]:
@@ -46,10 +52,23 @@ def _free_port() -> int:
 def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str, accelerate: bool = False) -> list[dict]:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     if accelerate:  # accelerate's torchrun-based launcher; on CPU processes the engine asks for gloo
-        launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(nproc),
-                    "--main_process_port", str(_free_port())]
-    command = [*(launcher if nproc > 1 else [sys.executable]), str(WORKER), str(RECIPES / "cls.toml"), str(out),
-               *_sets(f"output.dir={runs}", f"output.run_name={name}", *extra)]
+        launcher = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            str(nproc),
+            "--main_process_port",
+            str(_free_port()),
+        ]
+    command = [
+        *(launcher if nproc > 1 else [sys.executable]),
+        str(WORKER),
+        str(RECIPES / "cls.toml"),
+        str(out),
+        *_sets(f"output.dir={runs}", f"output.run_name={name}", *extra),
+    ]
     done = run_process(command, env=_env())
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(nproc)]
@@ -96,7 +115,9 @@ def test_accelerate_launch_runs_the_same_ddp(tmp_path):
     assert ranks[0]["run_dir"] == ranks[1]["run_dir"]
     run_dir = Path(ranks[0]["run_dir"])
     assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"] == {
-        "world_size": 2, "backend": "gloo"}
+        "world_size": 2,
+        "backend": "gloo",
+    }
     assert (run_dir / "COMPLETE").exists()
     shard0, shard1 = Counter(map(tuple, ranks[0]["trained"])), Counter(map(tuple, ranks[1]["trained"]))
     assert sum(shard0.values()) == sum(shard1.values()) == 48 and shard0 != shard1
@@ -105,8 +126,17 @@ def test_accelerate_launch_runs_the_same_ddp(tmp_path):
 
 
 def test_run_nproc_starts_torchrun_and_only_rank_0_prints(tmp_path):
-    command = [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "2", "--no-progress",
-               *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16")]
+    command = [
+        sys.executable,
+        "-m",
+        "nlptasks",
+        "run",
+        str(RECIPES / "cls.toml"),
+        "--nproc",
+        "2",
+        "--no-progress",
+        *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16"),
+    ]
     done = run_process(command, env=_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "launch: -m torch.distributed.run --standalone --nproc_per_node=2 -m nlptasks run" in done.stderr
@@ -125,7 +155,7 @@ def test_fsdp_config_passes_through_train_extra_and_needs_cuda(cli, tmp_path):
     from nlptasks.engine.training.trainer import make_training_arguments, training_kwargs
     from nlptasks.pipeline import load_recipe
 
-    fsdp = 'train.extra={ fsdp = true, fsdp_config = { version = 2, reshard_after_forward = true } }'
+    fsdp = "train.extra={ fsdp = true, fsdp_config = { version = 2, reshard_after_forward = true } }"
     loaded = load_recipe(RECIPES / "cls.toml", [fsdp])
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=tmp_path)
     args = make_training_arguments(training_kwargs(ctx, True, True, progress=False))
@@ -146,8 +176,12 @@ def test_deepspeed_without_the_package_is_a_recipe_error(cli, tmp_path):
 
     if importlib.util.find_spec("deepspeed") is not None:
         pytest.skip("deepspeed is installed here")
-    argv = ["run", str(RECIPES / "cls.toml"), "--no-progress", *_sets(f"output.dir={tmp_path}", "data.max_train_rows=16",
-            'train.extra={ deepspeed = "ds_config.json" }')]
+    argv = [
+        "run",
+        str(RECIPES / "cls.toml"),
+        "--no-progress",
+        *_sets(f"output.dir={tmp_path}", "data.max_train_rows=16", 'train.extra={ deepspeed = "ds_config.json" }'),
+    ]
     code, _, err = cli(*argv)
     assert code == 2
     assert "train.extra.deepspeed: needs the deepspeed package (not installed: pip install deepspeed)" in err
@@ -157,8 +191,19 @@ def test_torchrun_command():
     from nlptasks.engine.system.distributed import torchrun_command
 
     command = torchrun_command(4, ["--debug", "run", "r.toml", "--nproc", "4", "--set", "a=1", "--nproc=4"])
-    assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
-                           "-m", "nlptasks", "--debug", "run", "r.toml", "--set", "a=1"]
+    assert command[1:] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=4",
+        "-m",
+        "nlptasks",
+        "--debug",
+        "run",
+        "r.toml",
+        "--set",
+        "a=1",
+    ]
 
 
 def test_nproc_inside_a_launcher_is_an_error(cli, monkeypatch):
@@ -170,8 +215,10 @@ def test_nproc_inside_a_launcher_is_an_error(cli, monkeypatch):
 def _two_nodes(command_for_node) -> list[subprocess.CompletedProcess]:
     """Start ``command_for_node(0)`` and ``command_for_node(1)`` at once (two "machines" on
     localhost) and wait for both."""
-    procs = [subprocess.Popen(command_for_node(r), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in (0, 1)]
+    procs = [
+        subprocess.Popen(command_for_node(r), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in (0, 1)
+    ]
     done = []
     for proc in procs:
         out, err = communicate(proc)
@@ -190,9 +237,16 @@ def test_two_nodes_train_exactly_as_two_processes_on_one(tmp_path):
     endpoint = f"127.0.0.1:{_free_port()}"
 
     def node(r: int) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", *launcher_args(1, 2, endpoint, node_rank=r), str(WORKER),
-                str(RECIPES / "cls.toml"), str(tmp_path / "w2"), *_sets(f"output.dir={tmp_path / 'runs'}",
-                                                                         "output.run_name=two")]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *launcher_args(1, 2, endpoint, node_rank=r),
+            str(WORKER),
+            str(RECIPES / "cls.toml"),
+            str(tmp_path / "w2"),
+            *_sets(f"output.dir={tmp_path / 'runs'}", "output.run_name=two"),
+        ]
 
     _two_nodes(node)
     two_nodes = [json.loads((tmp_path / "w2" / f"rank{r}.json").read_text(encoding="utf-8")) for r in (0, 1)]
@@ -204,8 +258,12 @@ def test_two_nodes_train_exactly_as_two_processes_on_one(tmp_path):
     run_dir = tmp_path / "runs" / "cls" / "two"
     assert (run_dir / "COMPLETE").exists()
     assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"] == {
-        "world_size": 2, "backend": "gloo"}
-    metrics = [json.loads((tmp_path / "runs" / "cls" / n / "metrics.json").read_text(encoding="utf-8")) for n in ("one", "two")]
+        "world_size": 2,
+        "backend": "gloo",
+    }
+    metrics = [
+        json.loads((tmp_path / "runs" / "cls" / n / "metrics.json").read_text(encoding="utf-8")) for n in ("one", "two")
+    ]
     for split in ("validation", "test"):
         assert metrics[1][split]["accuracy"] == metrics[0][split]["accuracy"]
         assert metrics[1][split]["loss"] == pytest.approx(metrics[0][split]["loss"], abs=1e-5)
@@ -217,9 +275,23 @@ def test_run_on_two_nodes_with_the_c10d_rendezvous(tmp_path):
     endpoint = f"127.0.0.1:{_free_port()}"
 
     def node(r: int) -> list[str]:
-        return [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "1", "--nnodes", "2",
-                "--rdzv-endpoint", endpoint, "--rdzv-id", "t", "--no-progress",
-                *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16")]
+        return [
+            sys.executable,
+            "-m",
+            "nlptasks",
+            "run",
+            str(RECIPES / "cls.toml"),
+            "--nproc",
+            "1",
+            "--nnodes",
+            "2",
+            "--rdzv-endpoint",
+            endpoint,
+            "--rdzv-id",
+            "t",
+            "--no-progress",
+            *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16"),
+        ]
 
     done = _two_nodes(node)
     assert all("--nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d" in d.stderr for d in done)
@@ -234,15 +306,42 @@ def test_launcher_args_and_their_errors(cli):
     from nlptasks.errors import NlptasksError
 
     assert launcher_args(2) == ["--standalone", "--nproc_per_node=2"]
-    assert launcher_args(4, 3, "n0:29400") == ["--nnodes=3", "--nproc_per_node=4", "--rdzv_backend=c10d",
-                                                 "--rdzv_endpoint=n0:29400", "--rdzv_id=nlptasks"]
-    assert launcher_args(1, 2, "n0:29400", node_rank=1) == ["--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=static",
-                                                            "--node_rank=1", "--master_addr=n0", "--master_port=29400"]
-    argv = ["run", "r.toml", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint=n0:1", "--node-rank", "0", "--set", "a=1"]
+    assert launcher_args(4, 3, "n0:29400") == [
+        "--nnodes=3",
+        "--nproc_per_node=4",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=n0:29400",
+        "--rdzv_id=nlptasks",
+    ]
+    assert launcher_args(1, 2, "n0:29400", node_rank=1) == [
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv_backend=static",
+        "--node_rank=1",
+        "--master_addr=n0",
+        "--master_port=29400",
+    ]
+    argv = [
+        "run",
+        "r.toml",
+        "--nproc",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint=n0:1",
+        "--node-rank",
+        "0",
+        "--set",
+        "a=1",
+    ]
     assert torchrun_command(1, argv, ["--x"])[3:] == ["--x", "-m", "nlptasks", "run", "r.toml", "--set", "a=1"]
-    for bad, message in (((1, 2), "give --rdzv-endpoint HOST:PORT"), ((1, 2, "n0"), "give HOST:PORT"),
-                         ((1, 2, "n0:1", 2), "--node-rank 2: give 0 to 1"), ((1, 0), "--nnodes: 0 machines"),
-                         ((1, 1, "n0:1"), "add --nnodes N")):
+    for bad, message in (
+        ((1, 2), "give --rdzv-endpoint HOST:PORT"),
+        ((1, 2, "n0"), "give HOST:PORT"),
+        ((1, 2, "n0:1", 2), "--node-rank 2: give 0 to 1"),
+        ((1, 0), "--nnodes: 0 machines"),
+        ((1, 1, "n0:1"), "add --nnodes N"),
+    ):
         with pytest.raises(NlptasksError, match=message):
             launcher_args(*bad)
     code, _, err = cli("run", str(RECIPES / "cls.toml"), "--nnodes", "2")

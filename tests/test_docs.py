@@ -73,8 +73,16 @@ def _models_in(annotation: object) -> list[type[BaseModel]]:
 
 def test_recipe_models_found():
     names = {model.__name__ for _, model in _models()}
-    assert {"Recipe", "DataConfig", "SplitConfig", "ModelConfig", "ScratchConfig", "TrainConfig",
-            "OutputConfig", "ClsOptions"} <= names
+    assert {
+        "Recipe",
+        "DataConfig",
+        "SplitConfig",
+        "ModelConfig",
+        "ScratchConfig",
+        "TrainConfig",
+        "OutputConfig",
+        "ClsOptions",
+    } <= names
 
 
 @pytest.mark.parametrize("where,model", _models(), ids=[m.__name__ for _, m in _models()])

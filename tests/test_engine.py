@@ -131,9 +131,14 @@ def test_hub_code_path_with_a_local_dataset_folder(tmp_path):
     shutil.copy(RECIPES / "data" / "cls" / "train.csv", folder / "train.csv")
     shutil.copy(RECIPES / "data" / "cls" / "validation.csv", folder / "dev.csv")
     run_dir = tiny_run(
-        tmp_path / "runs", "cls.toml", "t",
-        "data.train=''", "data.validation=''", "data.test=''",
-        f"data.hub={json.dumps(str(folder))}", "data.max_train_rows=300",
+        tmp_path / "runs",
+        "cls.toml",
+        "t",
+        "data.train=''",
+        "data.validation=''",
+        "data.test=''",
+        f"data.hub={json.dumps(str(folder))}",
+        "data.max_train_rows=300",
     )
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     assert set(metrics) >= {"train", "validation"}  # dev.csv became the validation split

@@ -22,8 +22,11 @@ CASES = {
     "ner": ("ner.toml", DATA / "ner" / "test.jsonl", ()),
     "pair-cross": ("pair.toml", DATA / "pair" / "test.csv", ()),
     "pair-bi": ("pair.toml", DATA / "pair" / "test.csv", ("options.mode=bi",)),
-    "sft": ("sft.toml", DATA / "sft" / "test.jsonl",
-            ("options.generation_eval={rows=6, max_new_tokens=8}", "data.max_eval_rows=24")),
+    "sft": (
+        "sft.toml",
+        DATA / "sft" / "test.jsonl",
+        ("options.generation_eval={rows=6, max_new_tokens=8}", "data.max_eval_rows=24"),
+    ),
 }
 FAST = ("train.max_steps=8", "train.eval_strategy=no", "train.keep_best=false")
 
@@ -94,7 +97,9 @@ def test_a_column_named_otherwise_is_read_with_set(cli, tmp_path):
     renamed.write_text(text.replace("text,label", "review,label", 1), encoding="utf-8")
     code, _, err = cli("eval", run, "--data", renamed, "--output", tmp_path / "e1")
     assert code != 0 and "review" in err and "options.text_column" in err, err
-    code, _, err = cli("eval", run, "--data", renamed, "--output", tmp_path / "e2", "--set", "options.text_column=review")
+    code, _, err = cli(
+        "eval", run, "--data", renamed, "--output", tmp_path / "e2", "--set", "options.text_column=review"
+    )
     assert code == 0, err
     got = json.loads((tmp_path / "e2" / "metrics.json").read_text(encoding="utf-8"))
     assert got["test"]["accuracy"] == clean["test"]["accuracy"]
@@ -125,8 +130,16 @@ def test_several_files_get_a_folder_each(cli, tmp_path):
 
 
 def test_an_adapter_run_is_scored_with_its_adapter(cli, tmp_path):
-    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, "peft.method=lora", "peft.r=4", "train.learning_rate=0.01",
-                   epochs=None)
+    run = tiny_run(
+        tmp_path / "runs",
+        "cls.toml",
+        "t",
+        *FAST,
+        "peft.method=lora",
+        "peft.r=4",
+        "train.learning_rate=0.01",
+        epochs=None,
+    )
     expected = read_metrics(run)["test"]
     got, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"))
     assert got["test"]["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-9)

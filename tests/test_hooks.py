@@ -13,15 +13,10 @@ import pytest
 from conftest import RECIPES, TINY
 from nlptasks import hookimpl, hookspecs
 from nlptasks.engine import defaults
-from nlptasks.pipeline import load_predictor, run
+from nlptasks.pipeline import load_predictor, load_recipe, run
 from nlptasks.testing import plugin_host
-from nlptasks.pipeline import load_recipe
 
-SPECS = [
-    name
-    for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
-    if hasattr(fn, "nlptasks_spec")
-]
+SPECS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction) if hasattr(fn, "nlptasks_spec")]
 PIPELINE_ORDER = [
     "nlptasks_setup",
     "nlptasks_load_data",
@@ -36,7 +31,11 @@ PIPELINE_ORDER = [
     "nlptasks_load_predictor",
 ]
 
-TOOL_HOOKS = ["nlptasks_check", "nlptasks_evaluate", "nlptasks_errors"]  # other commands than `run` (test_check.py, test_eval.py)
+TOOL_HOOKS = [
+    "nlptasks_check",
+    "nlptasks_evaluate",
+    "nlptasks_errors",
+]  # other commands than `run` (test_check.py, test_eval.py)
 REPORT_HOOKS = ["nlptasks_report"]  # all run, after step 9 (tested in test_report.py)
 
 
@@ -159,8 +158,15 @@ class Overrider:
         class MyTrainer(Trainer):
             pass
 
-        return MyTrainer(model=model, args=args, train_dataset=data["train"], eval_dataset=data["validation"],
-                         processing_class=ctx.tokenizer, data_collator=data_collator, compute_metrics=compute_metrics)
+        return MyTrainer(
+            model=model,
+            args=args,
+            train_dataset=data["train"],
+            eval_dataset=data["validation"],
+            processing_class=ctx.tokenizer,
+            data_collator=data_collator,
+            compute_metrics=compute_metrics,
+        )
 
     @hookimpl
     def nlptasks_train(self, ctx, trainer, data):

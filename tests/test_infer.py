@@ -31,8 +31,20 @@ def lines_file(path: Path, n: int) -> Path:
 def test_ten_thousand_lines_stream_through_in_order(cls_run, cli, tmp_path):
     src = lines_file(tmp_path / "big.txt", 10_000)
     out = tmp_path / "out" / "pred.jsonl"
-    code, stdout, err = cli("infer", "--model", cls_run, "--file", src, "--output", out, "--chunk-rows", "1000",
-                            "--batch-size", "64", "--progress")
+    code, stdout, err = cli(
+        "infer",
+        "--model",
+        cls_run,
+        "--file",
+        src,
+        "--output",
+        out,
+        "--chunk-rows",
+        "1000",
+        "--batch-size",
+        "64",
+        "--progress",
+    )
     assert code == 0, err
     assert stdout == ""  # results went to --output
     results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
@@ -164,8 +176,13 @@ def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cl
 
 
 def test_a_closed_stdout_ends_quietly():
-    proc = subprocess.Popen([sys.executable, "-m", "nlptasks", "plugins"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nlptasks", "plugins"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     proc.stdout.close()  # like `nlptasks plugins | head -0`
     _, err = communicate(proc)
     assert proc.returncode == 0, err
@@ -200,16 +217,20 @@ def test_the_input_rule_for_several_fields():
     from nlptasks.plugin import DataError, input_fields
 
     fields = ("question", "context")
-    assert input_fields(["q", "c", "q2", "c2"], fields) == [{"question": "q", "context": "c"},
-                                                           {"question": "q2", "context": "c2"}]
+    assert input_fields(["q", "c", "q2", "c2"], fields) == [
+        {"question": "q", "context": "c"},
+        {"question": "q2", "context": "c2"},
+    ]
     assert input_fields(["q\tc\twith a tab"], fields) == [{"question": "q", "context": "c\twith a tab"}]
     assert input_fields([{"question": "q", "context": None, "x": 1}], fields) == [{"question": "q", "context": ""}]
     assert input_fields([("q", 5)], fields) == [{"question": "q", "context": "5"}]
-    for bad, message in (([{"question": "q"}], "no 'context' field; fields: question"),
-                         (["a", "b", "c"], "3 text(s) given; each input is 2 texts"),
-                         (["x\ty", "no tab"], "row 2: expected 2 fields (question, context) separated by a TAB"),
-                         ([{"question": {"a": 1}, "context": "c"}], "field 'question' holds an object"),
-                         ([3.5], "cannot read an input of type float")):
+    for bad, message in (
+        ([{"question": "q"}], "no 'context' field; fields: question"),
+        (["a", "b", "c"], "3 text(s) given; each input is 2 texts"),
+        (["x\ty", "no tab"], "row 2: expected 2 fields (question, context) separated by a TAB"),
+        ([{"question": {"a": 1}, "context": "c"}], "field 'question' holds an object"),
+        ([3.5], "cannot read an input of type float"),
+    ):
         with pytest.raises(DataError) as info:
             input_fields(bad, fields)
         assert message in str(info.value)
@@ -218,7 +239,9 @@ def test_the_input_rule_for_several_fields():
 def test_a_task_format_streams_chunk_by_chunk(tmp_path, cli):
     """CoNLL in, CoNLL out (ner's own format), read and written in chunks: the same file as in one go."""
     run_dir = tiny_run(tmp_path / "runs", "ner.toml", "t", "data.max_train_rows=200")
-    rows = [json.loads(line) for line in (RECIPES / "data" / "ner" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line) for line in (RECIPES / "data" / "ner" / "test.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     src = tmp_path / "in.conll"
     src.write_text("".join("".join(f"{t}\tO\n" for t in r["tokens"]) + "\n" for r in rows[:25]), encoding="utf-8")
     code, whole, err = cli("infer", "--model", run_dir, "--file", src)
@@ -244,8 +267,10 @@ HOSTILE_FILES = {
     "utf16.txt": ("好\n差\n".encode("utf-16"), ["utf16.txt", "UTF-16"]),
     "gbk.csv": ("text\n好\n".encode() + "房间很干净".encode("gbk") + b"\n", ["gbk.csv:2", "not UTF-8"]),
     "quote.csv": ('text\n"好\n差\n坏\n'.encode(), ["quote.csv:1", "quoted field is not closed"]),
-    "nested.jsonl": (b'{"text": "a"}\n{"text": ' + b"[" * 50_000 + b"]" * 50_000 + b"}\n",
-                     ["nested.jsonl:2", "nested too deeply"]),
+    "nested.jsonl": (
+        b'{"text": "a"}\n{"text": ' + b"[" * 50_000 + b"]" * 50_000 + b"}\n",
+        ["nested.jsonl:2", "nested too deeply"],
+    ),
 }
 
 

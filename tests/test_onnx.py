@@ -111,11 +111,13 @@ def test_ner_windows_and_offsets(runs, cli, tmp_path):
         a, b = both(run_dir, tmp_path / "ner", texts, batch_size)
         for x, y in zip(a, b, strict=True):
             assert [(e["type"], e["start"], e["end"]) for e in x["entities"]] == [
-                (e["type"], e["start"], e["end"]) for e in y["entities"]]
+                (e["type"], e["start"], e["end"]) for e in y["entities"]
+            ]
             near([e["score"] for e in x["entities"]], [e["score"] for e in y["entities"]])
             assert x.get("tags") == y.get("tags")
-    code, out, _ = cli("infer", "--model", tmp_path / "ner", "--format", "conll", "--file",
-                       _conll(tmp_path / "in.conll"))
+    code, out, _ = cli(
+        "infer", "--model", tmp_path / "ner", "--format", "conll", "--file", _conll(tmp_path / "in.conll")
+    )
     assert code == 0 and len(out.strip().splitlines()) == 5
     figures = same_eval(cli, run_dir, tmp_path / "ner", ROOT / "recipes" / "data" / "ner" / "test.jsonl")
     assert "f1" in figures and figures["loss"] is not None
@@ -145,8 +147,10 @@ def test_pair_bi_encoder_and_ranking(runs, cli, tmp_path):
     assert [r.get("label") for r in a] == [r.get("label") for r in b]
     near([r["similarity"] for r in a], [r["similarity"] for r in b])
     queries, candidates = [x for x, _ in PAIRS], [y for _, y in PAIRS]
-    ranked = [nlptasks.load(d, **kw).rank(queries, candidates, top_k=3)
-              for d, kw in ((run_dir, {"backend": "torch"}), (tmp_path / "bi", {}))]
+    ranked = [
+        nlptasks.load(d, **kw).rank(queries, candidates, top_k=3)
+        for d, kw in ((run_dir, {"backend": "torch"}), (tmp_path / "bi", {}))
+    ]
     for x, y in zip(*ranked, strict=True):
         assert [c["candidate"] for c in x["results"]] == [c["candidate"] for c in y["results"]]
     same_eval(cli, run_dir, tmp_path / "bi", ROOT / "recipes" / "data" / "pair" / "test.csv")
@@ -179,8 +183,10 @@ def test_backend_choice_errors(runs, cli, tmp_path):
     for command in (("eval", run_dir, "--data", data, "--backend", "onnx"), ("serve", run_dir, "--backend", "onnx")):
         code, _, err = cli(*command)  # eval and serve choose as infer does, before reading data or serving
         assert code != 0 and "--backend onnx" in err and "nlptasks export" in err, err
-    for command in (("eval", tmp_path / "x", "--data", data, "--backend", "torch"),
-                    ("serve", tmp_path / "x", "--backend", "torch")):
+    for command in (
+        ("eval", tmp_path / "x", "--data", data, "--backend", "torch"),
+        ("serve", tmp_path / "x", "--backend", "torch"),
+    ):
         code, _, err = cli(*command)
         assert code != 0 and "no torch weights" in err and str(run_dir.resolve()) in err, err
     code, _, err = cli("eval", run_dir, "--data", data, "--backend", "torch", "--output", tmp_path / "ev")
@@ -204,8 +210,17 @@ def test_missing_onnxruntime_is_a_clear_error(monkeypatch, tmp_path):
 
 
 def test_sft_is_refused_with_the_reason(runs, cli, tmp_path):
-    run_dir = _run(runs, "sft", "sft.toml", "peft.method=none", "data.max_train_rows=16", "data.test=",
-                   "options.generation_eval.rows=1", "options.generation_eval.max_new_tokens=2", tiny=TINY_DECODER)
+    run_dir = _run(
+        runs,
+        "sft",
+        "sft.toml",
+        "peft.method=none",
+        "data.max_train_rows=16",
+        "data.test=",
+        "options.generation_eval.rows=1",
+        "options.generation_eval.max_new_tokens=2",
+        tiny=TINY_DECODER,
+    )
     code, _, err = cli("export", run_dir, "--onnx", tmp_path / "sft")
     assert code != 0 and "generat" in err and "KV cache" in err
     assert not (tmp_path / "sft" / "COMPLETE").exists()
@@ -233,8 +248,16 @@ def test_serve_and_eval_take_the_export(runs, cli, tmp_path):
     assert answer.json()["outputs"] == nlptasks.load(tmp_path / "fp32")(CLS_TEXTS[:5])
     same_eval(cli, run_dir, tmp_path / "fp32", ROOT / "recipes" / "data" / "cls" / "test.csv")
     int8, _, _ = export(cli, run_dir, tmp_path / "int8", "--quantize", "int8")
-    code, _, err = cli("eval", tmp_path / "int8", "--data", ROOT / "recipes" / "data" / "cls" / "test.csv",
-                       "--output", tmp_path / "eval-int8")
+    code, _, err = cli(
+        "eval",
+        tmp_path / "int8",
+        "--data",
+        ROOT / "recipes" / "data" / "cls" / "test.csv",
+        "--output",
+        tmp_path / "eval-int8",
+    )
     assert code == 0, err
     measured = json.loads((tmp_path / "eval-int8" / "metrics.json").read_text())["test"]["accuracy"]
-    assert measured == pytest.approx(int8["onnx"]["measured"]["gold"]["label"]["onnx"], abs=1e-6)  # the export's own figure
+    assert measured == pytest.approx(
+        int8["onnx"]["measured"]["gold"]["label"]["onnx"], abs=1e-6
+    )  # the export's own figure

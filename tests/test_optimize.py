@@ -14,8 +14,15 @@ from nlptasks.errors import NlptasksError, RecipeError
 from nlptasks.pipeline import load_recipe
 from nlptasks.testing import plugin_host, run_recipe
 
-QUICK = ["train.epochs=1", "data.max_train_rows=64", "data.max_eval_rows=16", "train.batch_size=8",
-         "train.group_by_length=false", "train.eval_strategy=no", "model.scratch.layers=2"]
+QUICK = [
+    "train.epochs=1",
+    "data.max_train_rows=64",
+    "data.max_eval_rows=16",
+    "train.batch_size=8",
+    "train.group_by_length=false",
+    "train.eval_strategy=no",
+    "model.scratch.layers=2",
+]
 
 
 class Probe:
@@ -86,16 +93,25 @@ def test_freezing_embeddings_first_layer_and_a_pattern(tmp_path):
     n_frozen = sum(named[n].numel() for n in frozen)
     assert counts["frozen_parameters"] == n_frozen
     assert counts["trainable_parameters"] == sum(p.numel() for p in model.parameters()) - n_frozen
-    assert counts["frozen"] == ["embeddings bert.embeddings", "layer 0 of 2 (bert.encoder.layer)", "'pooler' (2 tensors)"]
+    assert counts["frozen"] == [
+        "embeddings bert.embeddings",
+        "layer 0 of 2 (bert.encoder.layer)",
+        "'pooler' (2 tensors)",
+    ]
 
     # frozen parameters never reach the optimizer, and every trainable one does
     in_optimizer = optimizer_params(probe.trainer)
     assert in_optimizer == {id(p) for p in model.parameters() if p.requires_grad}
-    assert sum(p.numel() for g in probe.trainer.optimizer.param_groups for p in g["params"]) == counts["trainable_parameters"]
+    assert (
+        sum(p.numel() for g in probe.trainer.optimizer.param_groups for p in g["params"])
+        == counts["trainable_parameters"]
+    )
     # and training left them as they were, while the rest moved
     assert all(torch.equal(named[n].detach(), probe.initial[n]) for n in frozen)
-    assert not torch.equal(named["bert.encoder.layer.1.output.dense.weight"].detach(),
-                           probe.initial["bert.encoder.layer.1.output.dense.weight"])
+    assert not torch.equal(
+        named["bert.encoder.layer.1.output.dense.weight"].detach(),
+        probe.initial["bert.encoder.layer.1.output.dense.weight"],
+    )
 
 
 def test_freezing_every_layer_trains_only_the_head(tmp_path, caplog):
@@ -115,8 +131,9 @@ def test_freezing_logs_the_counts(tmp_path):
 def test_freezing_mistakes_are_recipe_errors(tmp_path, cli):
     code, _, err = cli("validate", str(RECIPES / "cls.toml"), "--set", "optimize.freeze=['(']")
     assert code == 2 and "optimize.freeze" in err and "not a regular expression" in err
-    code, _, err = cli("validate", str(RECIPES / "cls.toml"), "--set", "peft.method=lora",
-                       "--set", "optimize.freeze_layers=2")
+    code, _, err = cli(
+        "validate", str(RECIPES / "cls.toml"), "--set", "peft.method=lora", "--set", "optimize.freeze_layers=2"
+    )
     assert code == 2
     assert "optimize.freeze_layers: freezing does not combine with [peft]" in err
     with pytest.raises(RecipeError, match=r"optimize.freeze: 'no_such_weight' matches no parameter name"):
@@ -134,8 +151,17 @@ def test_layers_are_found_without_naming_the_architecture():
     name, layers = transformer_layers(gpt2)
     assert (name, len(layers)) == ("transformer.h", 3)
     assert [n for n, _ in embedding_modules(gpt2)] == ["transformer.wte", "transformer.wpe"]
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                         intermediate_size=32, bos_token_id=0, eos_token_id=0))
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
     assert transformer_layers(llama)[0] == "model.layers"
     assert [n for n, _ in embedding_modules(llama)] == ["model.embed_tokens"]
 
@@ -211,11 +237,21 @@ def test_auto_is_the_fused_adamw_where_torch_runs_it(tmp_path, monkeypatch):
 def test_cuda_only_values_are_recipe_errors_on_this_machine(cli, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    argv = ["run", str(RECIPES / "cls.toml"), "--set", f"output.dir={tmp_path}",
-            "--set", "optimize.optimizer=adamw_8bit", "--set", "optimize.tf32=true"]
+    argv = [
+        "run",
+        str(RECIPES / "cls.toml"),
+        "--set",
+        f"output.dir={tmp_path}",
+        "--set",
+        "optimize.optimizer=adamw_8bit",
+        "--set",
+        "optimize.tf32=true",
+    ]
     code, _, err = cli(*argv)
     assert code == 2
-    assert "optimize.optimizer: 'adamw_8bit' keeps 8-bit optimizer states with bitsandbytes, which needs a CUDA GPU" in err
+    assert (
+        "optimize.optimizer: 'adamw_8bit' keeps 8-bit optimizer states with bitsandbytes, which needs a CUDA GPU" in err
+    )
     assert "use one of: 'adamw_torch', 'adamw_torch_fused', 'adafactor'" in err
     assert "optimize.tf32: true needs a CUDA GPU" in err
     assert "--set optimize.optimizer=adamw_torch --set optimize.tf32=false" in err
@@ -250,7 +286,9 @@ def test_train_extra_cannot_contradict_optimize():
     with pytest.raises(RecipeError, match=r"train.extra.optim: is also set by optimize.optimizer = 'adafactor'"):
         load_recipe(RECIPES / "cls.toml", both)  # at validation, with every other problem
     loaded = load_recipe(RECIPES / "cls.toml", ['train.extra={ optim = "sgd" }'])
-    changed = loaded.recipe.model_copy(update={"optimize": loaded.recipe.optimize.model_copy(update={"optimizer": "adafactor"})})
+    changed = loaded.recipe.model_copy(
+        update={"optimize": loaded.recipe.optimize.model_copy(update={"optimizer": "adafactor"})}
+    )
     ctx = RunContext(recipe=changed, task=loaded.task, options=loaded.options, output_dir=RECIPES / "x")
     with pytest.raises(RecipeError, match=r"train.extra.optim: is also set by optimize.optimizer = 'adafactor'"):
         training_kwargs(ctx, True, True)  # and again where the arguments are built, for a recipe made in code
@@ -344,8 +382,13 @@ def test_evaluation_batches_are_length_sorted_and_results_come_back_in_data_orde
 
 def test_length_grouped_training_keeps_evaluation_in_order(tmp_path):
     # transformers 5 would length-group the evaluation sampler too; the engine keeps it in order
-    probe, _, _ = train(tmp_path, "train.group_by_length=true", "train.sort_eval_by_length=false",
-                        "train.eval_batch_size=4", probe=EvalProbe())
+    probe, _, _ = train(
+        tmp_path,
+        "train.group_by_length=true",
+        "train.sort_eval_by_length=false",
+        "train.eval_batch_size=4",
+        probe=EvalProbe(),
+    )
     lengths = [len(x) for x in probe.data["validation"]["input_ids"]]
     assert [n for batch in probe.eval_batches[:4] for n in batch] == lengths
 
@@ -390,10 +433,20 @@ def test_oom_fallback_halves_the_batch_and_keeps_the_effective_batch(tmp_path):
     reference, ref_result, _ = train(tmp_path / "ref")
     probe, result, manifest = train(tmp_path / "oom", probe=Probe(on_model=oom_above(2)))
     assert manifest["oom_fallback"] == [
-        {"at_step": 0, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated)",
-         "batch_size": [8, 4], "gradient_accumulation_steps": [1, 2], "eval_batch_size": [16, 8]},
-        {"at_step": 0, "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated)",
-         "batch_size": [4, 2], "gradient_accumulation_steps": [2, 4], "eval_batch_size": [8, 4]},
+        {
+            "at_step": 0,
+            "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated)",
+            "batch_size": [8, 4],
+            "gradient_accumulation_steps": [1, 2],
+            "eval_batch_size": [16, 8],
+        },
+        {
+            "at_step": 0,
+            "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (simulated)",
+            "batch_size": [4, 2],
+            "gradient_accumulation_steps": [2, 4],
+            "eval_batch_size": [8, 4],
+        },
     ]
     args = probe.trainer.args
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (2, 4)
@@ -428,7 +481,7 @@ def test_length_grouped_batches_come_in_random_order_with_transformers_padding(t
     sampler = type(probe.trainer._get_train_sampler())(16, lengths=lengths)
 
     def batches(order):
-        return [order[i:i + 16] for i in range(0, len(order), 16)]
+        return [order[i : i + 16] for i in range(0, len(order), 16)]
 
     def width_sum(order):
         return sum(max(lengths[i] for i in b) * len(b) for b in batches(order))
@@ -462,7 +515,10 @@ def test_auto_precision_on_a_cpu(monkeypatch):
 
     for native in (True, False):
         monkeypatch.setattr(machine, "cpu_has_bf16", lambda native=native: native)
-        assert resolve_precision("auto", pretrained=True) == resolved_precision("auto", "cpu") == (
-            "bf16" if native else "fp32")
+        assert (
+            resolve_precision("auto", pretrained=True)
+            == resolved_precision("auto", "cpu")
+            == ("bf16" if native else "fp32")
+        )
         assert resolve_precision("auto", pretrained=False) == resolved_precision("auto", "cpu", False) == "fp32"
         assert resolve_precision("fp32", pretrained=True) == "fp32"

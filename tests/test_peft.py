@@ -36,10 +36,25 @@ class Task:
 TASKS = [
     Task("cls", RECIPES / "cls.toml", "SEQ_CLS", ("这家酒店服务很好",), "label"),
     Task("ner", RECIPES / "ner.toml", "TOKEN_CLS", ("小明在北京大学读书",), "entities"),
-    Task("pair-cross", RECIPES / "pair.toml", "SEQ_CLS", ("怎么退款", "如何申请退款"), "label", ("options.mode=cross",)),
-    Task("pair-bi", RECIPES / "pair.toml", "FEATURE_EXTRACTION", ("怎么退款", "如何申请退款"), "similarity", ("options.mode=bi",)),
-    Task("sft", RECIPES / "sft.toml", "CAUSAL_LM", ("湖畔酒店几点可以入住？",), "response",
-         ("options.generation_eval.rows=1", "options.generation_eval.max_new_tokens=4", "model.scratch.min_frequency=1")),
+    Task(
+        "pair-cross", RECIPES / "pair.toml", "SEQ_CLS", ("怎么退款", "如何申请退款"), "label", ("options.mode=cross",)
+    ),
+    Task(
+        "pair-bi",
+        RECIPES / "pair.toml",
+        "FEATURE_EXTRACTION",
+        ("怎么退款", "如何申请退款"),
+        "similarity",
+        ("options.mode=bi",),
+    ),
+    Task(
+        "sft",
+        RECIPES / "sft.toml",
+        "CAUSAL_LM",
+        ("湖畔酒店几点可以入住？",),
+        "response",
+        ("options.generation_eval.rows=1", "options.generation_eval.max_new_tokens=4", "model.scratch.min_frequency=1"),
+    ),
 ]
 BY_ID = {t.id: t for t in TASKS}
 
@@ -80,8 +95,18 @@ def train(runs):
         key = (task_id, method, *sets)
         if key not in done:
             task = BY_ID[task_id]
-            done[key] = tiny_run(runs, task.recipe, f"{task_id}-{method}-{len(done)}", *STEPS, *task.sets,
-                                 f"peft.method={method}", *METHOD_SETS[method], *sets, epochs=None, exit_code=exit_code)
+            done[key] = tiny_run(
+                runs,
+                task.recipe,
+                f"{task_id}-{method}-{len(done)}",
+                *STEPS,
+                *task.sets,
+                f"peft.method={method}",
+                *METHOD_SETS[method],
+                *sets,
+                epochs=None,
+                exit_code=exit_code,
+            )
         return done[key]
 
     return call
@@ -143,8 +168,11 @@ def test_prefix_is_refused_by_validate_exactly_when_the_encoders_drop_it(cli):
         assert code == 0, err
     else:
         assert code == 2
-        assert "peft.method: 'prefix' does not work for task 'cls' (SEQ_CLS): peft passes the prefix as " \
-               "past_key_values" in err and "use one of: lora, p_tuning, prompt, ia3" in err
+        assert (
+            "peft.method: 'prefix' does not work for task 'cls' (SEQ_CLS): peft passes the prefix as past_key_values"
+            in err
+            and "use one of: lora, p_tuning, prompt, ia3" in err
+        )
 
 
 def test_prefix_problem_follows_the_forward_signature():
@@ -156,8 +184,9 @@ def test_prefix_problem_follows_the_forward_signature():
 
     from nlptasks.engine.model.peft import prefix_problem
 
-    model = BertForSequenceClassification(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                                     intermediate_size=8))
+    model = BertForSequenceClassification(
+        BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    )
     takes = any("past_key_values" in inspect.signature(m.forward).parameters for m in (model, model.bert))
     assert (prefix_problem(model, "SEQ_CLS") is None) == takes
     assert prefix_problem(model, "CAUSAL_LM") is None and prefix_problem(model, "FEATURE_EXTRACTION") is None
@@ -188,7 +217,8 @@ def test_lora_counts_and_files(train):
         keys = list(fh.keys())
     assert sum(1 for k in keys if "lora_A" in k or "lora_B" in k) == 4
     assert {k for k in keys if "lora" not in k} == {
-        "base_model.model.classifier.weight", "base_model.model.classifier.bias"
+        "base_model.model.classifier.weight",
+        "base_model.model.classifier.bias",
     }  # no frozen base weight in the adapter
     assert info["base"]["kind"] == "scratch" and info["adapters"] == {"default": {"path": ".", "method": "lora"}}
 
@@ -228,7 +258,9 @@ def test_base_only_and_adapter_differ(train, cli):
     run_dir = train("cls", "lora")
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     check = json.loads((run_dir / "examples.json").read_text(encoding="utf-8"))["inputs"]
-    with_adapter = model_outputs(load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification"), check, "SEQ_CLS")
+    with_adapter = model_outputs(
+        load_trained_model(run_dir, manifest, "AutoModelForSequenceClassification"), check, "SEQ_CLS"
+    )
     bare = {**manifest, "peft": {**manifest["peft"], "base_only": True}}  # what --base-only hands step 10
     base = model_outputs(load_trained_model(run_dir, bare, "AutoModelForSequenceClassification"), check, "SEQ_CLS")
     assert max(float((a["logits"] - b["logits"]).abs().max()) for a, b in zip(with_adapter, base, strict=True)) > 1e-3
@@ -282,7 +314,9 @@ def test_adapter_flags_on_a_full_run(cli, tmp_path):
 # --- export --merge ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_id,method", [("cls", "lora"), ("ner", "ia3"), ("pair-bi", "lora"), ("pair-cross", "ia3")])
+@pytest.mark.parametrize(
+    "task_id,method", [("cls", "lora"), ("ner", "ia3"), ("pair-bi", "lora"), ("pair-cross", "ia3")]
+)
 def test_export_merge(task_id, method, train, cli, tmp_path):
     import transformers
 
@@ -413,7 +447,9 @@ def test_a_task_without_a_peft_task_type_refuses_peft():
     raw = {"task": "plain", "data": {"train": "x.csv"}, "model": {"scratch": {}}, "peft": {"method": "lora"}}
     with pytest.raises(RecipeError) as info:
         load_recipe(None, host=host, raw=raw, check_files=False)
-    assert "peft: task 'plain' does not support PEFT: its plugin (plain-plugin) declares no peft_task_type" in str(info.value)
+    assert "peft: task 'plain' does not support PEFT: its plugin (plain-plugin) declares no peft_task_type" in str(
+        info.value
+    )
 
 
 # --- GPU-only keys on a machine without CUDA ----------------------------------------------------
@@ -440,7 +476,10 @@ def test_qlora_needs_cuda_and_bitsandbytes(cli, tmp_path):
     sets = [*FAST, "peft.method=lora", "peft.quantization=4bit", f"output.dir={tmp_path}", "output.run_name=r"]
     code, _, err = cli(*argv("run", RECIPES / "cls.toml", "--no-progress", sets=sets))
     assert code == 2
-    assert "peft.quantization: '4bit' loads the base with bitsandbytes, which needs a CUDA GPU (this machine has none)" in err
+    assert (
+        "peft.quantization: '4bit' loads the base with bitsandbytes, which needs a CUDA GPU (this machine has none)"
+        in err
+    )
     assert "the bitsandbytes package (not installed: pip install bitsandbytes)" in err
     assert "a pretrained base (model.name_or_path)" in err  # cls.toml builds its model from scratch
     assert not (tmp_path / "cls").exists()
@@ -452,7 +491,9 @@ def test_machine_problems_on_a_gpu_without_bitsandbytes():
 
     loaded = load_recipe(RECIPES / "cls.toml", ["peft.method=lora", "peft.quantization=8bit", "model.dtype=bf16"])
     problems = [str(p) for p in machine_problems(loaded.recipe, cuda=True, bitsandbytes=False)]
-    assert any(p.startswith("peft.quantization: '8bit'") and "bitsandbytes package" in p and "CUDA" not in p for p in problems)
+    assert any(
+        p.startswith("peft.quantization: '8bit'") and "bitsandbytes package" in p and "CUDA" not in p for p in problems
+    )
     assert not any(p.startswith("model.dtype") for p in problems)
     assert [str(p) for p in machine_problems(loaded.recipe, cuda=True, bitsandbytes=True)] == [
         "peft.quantization: quantizes a pretrained base (model.name_or_path), not a model built from scratch"
@@ -475,8 +516,15 @@ def test_causal_lm_row_of_the_table(method):
 
     assert unsupported_reason("CAUSAL_LM", method) is None
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     model = AutoModelForCausalLM.from_config(config)
     kinds = {  # lora and ia3 start away from the identity, so merging has something to fold in
         "lora": lambda: p.LoraConfig(r=4, init_lora_weights=False, task_type="CAUSAL_LM"),
@@ -503,8 +551,9 @@ def test_causal_lm_row_of_the_table(method):
 
 def test_ia3_feedforward_modules_must_be_among_the_targets(cli):
     """peft trains, then cannot load, an ia3 adapter whose feed-forward modules are not targets."""
-    code, err = validate(cli, "peft.method=ia3", "peft.target_modules=['query', 'value']",
-                         "peft.feedforward_modules=['output.dense']")
+    code, err = validate(
+        cli, "peft.method=ia3", "peft.target_modules=['query', 'value']", "peft.feedforward_modules=['output.dense']"
+    )
     assert code == 2
     assert "peft.feedforward_modules: 'output.dense' not among peft.target_modules ('query', 'value')" in err
 
@@ -512,8 +561,13 @@ def test_ia3_feedforward_modules_must_be_among_the_targets(cli):
 def test_modules_to_save_must_name_modules_of_the_model(cli, tmp_path):
     """peft ignores a modules_to_save entry that matches nothing: the head would stay frozen at its
     random start and the run would "train" without a word.  Refused before training, named."""
-    sets = [*FAST, "peft.method=lora", "peft.modules_to_save=['clasifier']", f"output.dir={tmp_path}",
-            "output.run_name=r"]
+    sets = [
+        *FAST,
+        "peft.method=lora",
+        "peft.modules_to_save=['clasifier']",
+        f"output.dir={tmp_path}",
+        "output.run_name=r",
+    ]
     code, _, err = cli(*argv("run", RECIPES / "cls.toml", "--no-progress", sets=sets))
     assert code == 2
     assert "peft.modules_to_save: 'clasifier' names no module of BertForSequenceClassification" in err

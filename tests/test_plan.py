@@ -69,7 +69,8 @@ def test_pretrained_model_counts_from_its_config_alone():
     plan = make_plan(
         str(RECIPES / "sst2-minilm.toml"),
         [f"model.name_or_path={gt.MODEL_DIR}", f"data.train={sst2 / 'validation.csv'}", "data.max_train_rows=50"],
-        device="cpu", rungs=["baseline"],
+        device="cpu",
+        rungs=["baseline"],
     )
     real = AutoModelForSequenceClassification.from_pretrained(gt.MODEL_DIR, num_labels=2)
     assert plan.rows[0].estimate.parameters == sum(p.numel() for p in real.parameters())
@@ -112,12 +113,24 @@ def test_activation_estimate_matches_saved_tensors(arch, variant):
     torch.manual_seed(0)
     lm = arch == "qwen2"
     if lm:
-        config = Qwen2Config(vocab_size=300, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                             num_key_value_heads=2, intermediate_size=176)
+        config = Qwen2Config(
+            vocab_size=300,
+            hidden_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=176,
+        )
         model = AutoModelForCausalLM.from_config(config)
     else:
-        config = BertConfig(vocab_size=300, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
-                            intermediate_size=256, num_labels=2)
+        config = BertConfig(
+            vocab_size=300,
+            hidden_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            intermediate_size=256,
+            num_labels=2,
+        )
         model = AutoModelForSequenceClassification.from_config(config)
     checkpointing = variant == "checkpointing"
     if checkpointing:
@@ -126,8 +139,9 @@ def test_activation_estimate_matches_saved_tensors(arch, variant):
         freeze(model, OptimizeConfig(freeze_embeddings=True, freeze_layers=2))
     if variant == "lora":
         targets = ["q_proj", "v_proj"] if lm else ["query", "value"]
-        model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=targets,
-                                                           task_type="CAUSAL_LM" if lm else "SEQ_CLS"))
+        model = peft.get_peft_model(
+            model, peft.LoraConfig(r=8, target_modules=targets, task_type="CAUSAL_LM" if lm else "SEQ_CLS")
+        )
     shape = model_shape(model, head_per_token=lm)
     tolerance = 0.25 if checkpointing else 0.15
     for batch, length in [(4, 32), (2, 96)]:
@@ -204,7 +218,9 @@ def test_bench_ladder_measures_every_cpu_rung(cli):
         assert r["peak"] and r["peak"] > 0, r
         assert r["steps"] == 2 and r["seconds_per_step"] > 0 and r["samples_per_second"] > 0, r
         assert r["measure"].startswith("cpu peak RSS")
-        assert r["train_rows"] > 0 and r["epoch_seconds"] == pytest.approx(-(-r["train_rows"] // 32) * r["seconds_per_step"])
+        assert r["train_rows"] > 0 and r["epoch_seconds"] == pytest.approx(
+            -(-r["train_rows"] // 32) * r["seconds_per_step"]
+        )
     assert rungs["qlora"]["peak"] is None and "needs CUDA" in rungs["qlora"]["skipped"]
     # the baseline's 32 full-length sequences need more memory than one at a time
     assert rungs["baseline"]["peak"] > rungs["accumulation"]["peak"]

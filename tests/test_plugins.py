@@ -122,7 +122,7 @@ def broken_dist(tmp_path):
 EXITING = {
     "import": "import sys\nsys.exit('broken-plugin needs a GPU')\n",
     "register": "import sys\nfrom nlptasks.plugin import hookimpl\n\n\n@hookimpl\ndef register_tasks(register):\n"
-                "    raise SystemExit(3)\n",
+    "    raise SystemExit(3)\n",
     "bare exit": "raise SystemExit\n",
 }
 
@@ -141,7 +141,10 @@ def test_a_plugin_that_exits_is_a_failure_not_the_end_of_the_cli(tmp_path, when)
 def test_broken_plugin_is_reported_and_does_not_break_other_commands(broken_dist):
     proc = run_cli("plugins", extra_path=broken_dist)
     assert proc.returncode == 0, proc.stderr
-    assert "FAILED plugin 'broken' (broken_plugin, from broken-plugin 0.3) failed to load: ModuleNotFoundError" in proc.stdout
+    assert (
+        "FAILED plugin 'broken' (broken_plugin, from broken-plugin 0.3) failed to load: ModuleNotFoundError"
+        in proc.stdout
+    )
     assert "task cls" in proc.stdout
     proc = run_cli("validate", str(RECIPES / "cls.toml"), extra_path=broken_dist)
     assert proc.returncode == 0 and proc.stdout.startswith("ok:")
@@ -153,7 +156,9 @@ def test_broken_plugin_is_reported_and_does_not_break_other_commands(broken_dist
 def test_a_task_of_a_broken_plugin_names_the_failure(broken_dist, tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text(
-        (RECIPES / "cls.toml").read_text(encoding="utf-8").replace('task = "cls"', 'task = "broken"')
+        (RECIPES / "cls.toml")
+        .read_text(encoding="utf-8")
+        .replace('task = "cls"', 'task = "broken"')
         .replace('"data/cls/', f'"{RECIPES}/data/cls/'),
         encoding="utf-8",
     )
@@ -172,8 +177,11 @@ def builtin_plugins() -> list[str]:
 
 @pytest.mark.parametrize(
     "env",
-    [{"NLPTASKS_PLUGINS": ""}, {"NLPTASKS_PLUGINS": "something-else"},
-     {"NLPTASKS_BLOCK_PLUGINS": ",".join(builtin_plugins())}],
+    [
+        {"NLPTASKS_PLUGINS": ""},
+        {"NLPTASKS_PLUGINS": "something-else"},
+        {"NLPTASKS_BLOCK_PLUGINS": ",".join(builtin_plugins())},
+    ],
 )
 def test_environment_limits_which_plugins_load(env):
     proc = run_cli("plugins", "--json", env=env)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 from conftest import RECIPES, ROOT, TINY, write_csv
-from nlptasks.pipeline import load_predictor, run
+from nlptasks.pipeline import load_predictor, load_recipe, run
 from nlptasks.testing import plugin_host
-from nlptasks.pipeline import load_recipe
 
 
 def readme_block(marker: str) -> str:
@@ -30,8 +29,17 @@ def test_readme_plugin_runs(tmp_path, monkeypatch):
 
     rows = [("很好" * n, str(n)) for n in range(1, 11)] * 6
     train = write_csv(tmp_path / "train.csv", rows, header="text,score")
-    common = ["task=textreg", f"data.train={train}", "data.validation=''", "data.test=''", "options={}", *TINY,
-              "train.learning_rate=3e-3", "train.batch_size=8", f"output.dir={tmp_path / 'runs'}"]
+    common = [
+        "task=textreg",
+        f"data.train={train}",
+        "data.validation=''",
+        "data.test=''",
+        "options={}",
+        *TINY,
+        "train.learning_rate=3e-3",
+        "train.batch_size=8",
+        f"output.dir={tmp_path / 'runs'}",
+    ]
     loaded = load_recipe(RECIPES / "cls.toml", [*common, "train.epochs=80", "output.run_name=r"], host=host)
     result = run(loaded, host=host, progress=False)
     # Measured 2026-11-25: validation MSE 0.004 (predicting the mean scores 8.25); predictions
@@ -43,8 +51,11 @@ def test_readme_plugin_runs(tmp_path, monkeypatch):
     scores = [r["score"] for r in out]
     assert scores == sorted(scores) and scores[-1] - scores[0] > 5
     # [peft] works too: the predictor loads the adapter on its base through load_run
-    loaded = load_recipe(RECIPES / "cls.toml", [*common, "train.max_steps=2", "peft.method=lora", "peft.r=4",
-                                                "output.run_name=lora"], host=host)
+    loaded = load_recipe(
+        RECIPES / "cls.toml",
+        [*common, "train.max_steps=2", "peft.method=lora", "peft.r=4", "output.run_name=lora"],
+        host=host,
+    )
     adapter_run = run(loaded, host=host, progress=False).output_dir
     assert (adapter_run / "adapter_config.json").exists()
     assert len(load_predictor(adapter_run, host=host)([{"text": "很好"}])) == 1  # a file row, by its column

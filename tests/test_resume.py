@@ -33,7 +33,13 @@ def nlptasks(*argv: str, cwd: Path, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(
         [sys.executable, "-m", "nlptasks", "run", str(CLS), "--no-progress", *argv],
-        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
     )
 
 
@@ -54,8 +60,15 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
     # 2 epochs of 75 steps (600 rows, batch 8, length-grouped batches as cls.toml has them,
     # evaluation and the best checkpoint every epoch); a full checkpoint every 10 steps; killed in
     # the second epoch
-    common = sets(*TINY, "train.epochs=2", "data.max_train_rows=600", "train.batch_size=8",
-                  "output.checkpoint_steps=10", "data.max_eval_rows=60", f"output.dir={tmp_path / 'runs'}")
+    common = sets(
+        *TINY,
+        "train.epochs=2",
+        "data.max_train_rows=600",
+        "train.batch_size=8",
+        "output.checkpoint_steps=10",
+        "data.max_eval_rows=60",
+        f"output.dir={tmp_path / 'runs'}",
+    )
     whole_proc = nlptasks(*common, *sets("output.run_name=whole"), cwd=tmp_path)  # alongside, for time
     proc = nlptasks(*common, *sets("output.run_name=killed"), cwd=tmp_path)
     run_dir = tmp_path / "runs" / "cls" / "killed"
@@ -87,9 +100,15 @@ def _losses(run_dir: Path) -> list[float]:
     return [h["loss"] for h in json.loads((run_dir / "log_history.json").read_text(encoding="utf-8")) if "loss" in h]
 
 
-RESUME_RUN = ["train.batch_size=8", "data.max_train_rows=240", "data.max_eval_rows=40",
-              "train.logging_steps=5", "output.checkpoint_steps=10", "output.checkpoint_limit=20",
-              "output.keep_checkpoints=true"]
+RESUME_RUN = [
+    "train.batch_size=8",
+    "data.max_train_rows=240",
+    "data.max_eval_rows=40",
+    "train.logging_steps=5",
+    "output.checkpoint_steps=10",
+    "output.checkpoint_limit=20",
+    "output.keep_checkpoints=true",
+]
 EVALUATION = {
     # evaluated at every epoch's end, after the checkpoint of its last step was written
     "epoch": ("train.eval_strategy=epoch", "train.keep_best=false"),
@@ -129,9 +148,9 @@ def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_pa
     whole, again = read_metrics(uninterrupted), read_metrics(crashed)
     assert again["train"].get("best_step") == whole["train"].get("best_step")
     for split in ("validation", "test"):
-        assert again[split] == {k: pytest.approx(v, abs=1e-6) for k, v in whole[split].items()
-                                if not k.endswith(("runtime", "per_second"))} | {
-            k: again[split][k] for k in again[split] if k.endswith(("runtime", "per_second"))}
+        assert again[split] == {
+            k: pytest.approx(v, abs=1e-6) for k, v in whole[split].items() if not k.endswith(("runtime", "per_second"))
+        } | {k: again[split][k] for k in again[split] if k.endswith(("runtime", "per_second"))}
     # every logged loss, the resumed part included (logged every 5 steps: a checkpoint starts a window)
     assert _losses(crashed) == _losses(uninterrupted)
 
@@ -139,8 +158,17 @@ def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_pa
 @pytest.fixture
 def broken_run(tmp_path):
     """A run that finished, then made to look crashed: no final files, checkpoints 10, 20, 30."""
-    run_dir = tiny_run(tmp_path / "runs", CLS, "r", "train.max_steps=30", "output.checkpoint_steps=10",
-                       "output.checkpoint_limit=3", "output.keep_checkpoints=true", "data.max_eval_rows=60", epochs=None)
+    run_dir = tiny_run(
+        tmp_path / "runs",
+        CLS,
+        "r",
+        "train.max_steps=30",
+        "output.checkpoint_steps=10",
+        "output.checkpoint_limit=3",
+        "output.keep_checkpoints=true",
+        "data.max_eval_rows=60",
+        epochs=None,
+    )
     metrics = read_metrics(run_dir)
     for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json"):
         (run_dir / name).unlink()
@@ -149,8 +177,11 @@ def broken_run(tmp_path):
 
 def test_consumers_refuse_an_incomplete_run(cli, broken_run):
     _, run_dir, _ = broken_run
-    for argv in (["infer", "--model", run_dir, "好"], ["export", run_dir, "--merge", run_dir.parent / "m"],
-                 ["add-adapter", run_dir, run_dir, "--name", "x"]):
+    for argv in (
+        ["infer", "--model", run_dir, "好"],
+        ["export", run_dir, "--merge", run_dir.parent / "m"],
+        ["add-adapter", run_dir, run_dir, "--name", "x"],
+    ):
         code, out, err = cli(*argv)
         assert code == 2 and out == ""
         assert_one_line_error(err, str(run_dir), "incomplete run", "--resume", str(CLS))
@@ -204,10 +235,20 @@ def test_a_nan_loss_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint
             kwargs["learning_rate"] = 1e4
             return (yield)
 
-    code, out, err = run_cli("run", CLS, "--no-progress", *sets(
-        *TINY, "train.max_steps=10", "train.warmup=0",
-        "output.checkpoint_steps=1", f"output.dir={tmp_path}", "output.run_name=n"),
-        host=plugin_host(builtins=True, reckless=Reckless()))
+    code, out, err = run_cli(
+        "run",
+        CLS,
+        "--no-progress",
+        *sets(
+            *TINY,
+            "train.max_steps=10",
+            "train.warmup=0",
+            "output.checkpoint_steps=1",
+            f"output.dir={tmp_path}",
+            "output.run_name=n",
+        ),
+        host=plugin_host(builtins=True, reckless=Reckless()),
+    )
     assert code == 2, err
     assert_one_line_error(err, "the training loss became nan at step ")
     step = int(err.split("at step ")[1].split(";")[0])  # 4 on our CPUs
@@ -234,9 +275,13 @@ def test_a_run_that_trained_nothing_is_not_saved_as_a_model(tmp_path):
         def nlptasks_train(self, ctx, trainer, data):
             return {"validation": trainer.evaluate(eval_dataset=data["validation"])}
 
-    code, _, err = run_cli("run", CLS, "--no-progress", *sets(*TINY, "train.max_steps=3", f"output.dir={tmp_path}",
-                                                               "output.run_name=z"),
-                           host=plugin_host(builtins=True, lazy=EvaluateOnly()))
+    code, _, err = run_cli(
+        "run",
+        CLS,
+        "--no-progress",
+        *sets(*TINY, "train.max_steps=3", f"output.dir={tmp_path}", "output.run_name=z"),
+        host=plugin_host(builtins=True, lazy=EvaluateOnly()),
+    )
     assert code == 2, err
     assert_one_line_error(err, "train: no optimizer step was taken", "max_steps 3", "left incomplete")
     run_dir = tmp_path / "cls" / "z"
@@ -251,8 +296,11 @@ def test_an_unwritable_output_dir_is_named(cli, tmp_path):
     assert_one_line_error(err, str(blocker), "Not a directory", "--set output.dir=DIR")
 
 
-@pytest.mark.parametrize(("limit", "reason"), [(100_000, "File too large"), (250_000, "a write was cut short")],
-                         ids=["safetensors", "torch-save"])
+@pytest.mark.parametrize(
+    ("limit", "reason"),
+    [(100_000, "File too large"), (250_000, "a write was cut short")],
+    ids=["safetensors", "torch-save"],
+)
 def test_a_full_disk_is_named(tmp_path, limit, reason):
     """A file-size limit makes every write past ``limit`` fail (EFBIG) as a full disk does (ENOSPC).
     At 100 kB the model's safetensors fails (safetensors reports it as its own exception); at
@@ -263,8 +311,11 @@ def test_a_full_disk_is_named(tmp_path, limit, reason):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    proc = nlptasks(*sets(*TINY, "train.max_steps=3", "output.checkpoint_steps=2", f"output.dir={tmp_path}",
-                          "output.run_name=f"), cwd=tmp_path, preexec_fn=limiter)
+    proc = nlptasks(
+        *sets(*TINY, "train.max_steps=3", "output.checkpoint_steps=2", f"output.dir={tmp_path}", "output.run_name=f"),
+        cwd=tmp_path,
+        preexec_fn=limiter,
+    )
     code, err = finish(proc)
     assert code == 2, err
     assert_one_line_error(err, str(tmp_path / "cls" / "f"), reason, "free space")
@@ -274,7 +325,12 @@ def test_a_full_disk_is_named(tmp_path, limit, reason):
 
 def test_an_adapter_run_resumes_to_the_same_result(tmp_path, capsys):
     """sft with LoRA (adapter checkpoints, LoRA dropout): resumed from the checkpoint before the last."""
-    steps = ["train.max_steps=12", "output.checkpoint_steps=4", "output.checkpoint_limit=3", "output.keep_checkpoints=true"]
+    steps = [
+        "train.max_steps=12",
+        "output.checkpoint_steps=4",
+        "output.checkpoint_limit=3",
+        "output.keep_checkpoints=true",
+    ]
     run_dir = tiny_run(tmp_path, "sft.toml", "s", *steps, epochs=None)
     metrics = read_metrics(run_dir)
     for name in ("COMPLETE", "metrics.json", "adapter_model.safetensors"):

@@ -24,8 +24,9 @@ def pickle_model(tmp_path_factory) -> Path:
     for name in Path(gt.MODEL_DIR).iterdir():
         if name.name.startswith(("tokenizer", "vocab", "special_tokens")):
             shutil.copy(name, folder / name.name)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64)
+    config = BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
     model = BertForSequenceClassification(config)
     config.save_pretrained(folder)
     torch.save(model.state_dict(), folder / "pytorch_model.bin")
@@ -51,8 +52,13 @@ def test_pickle_weights_need_allow_pickle(cli, tmp_path, pickle_model):
 
 
 def test_allow_pickle_loads_them_and_remote_code_is_announced(tmp_path, pickle_model):
-    run = tiny_run(tmp_path, recipe(tmp_path, pickle_model, "allow_pickle = true\ntrust_remote_code = true\n"), "remote",
-                   tiny=(), epochs=None)
+    run = tiny_run(
+        tmp_path,
+        recipe(tmp_path, pickle_model, "allow_pickle = true\ntrust_remote_code = true\n"),
+        "remote",
+        tiny=(),
+        epochs=None,
+    )
     assert "model.trust_remote_code = true: transformers will import and run the Python files in" in run.err
     assert "modeling_extra.py" in run.err
     run = tiny_run(tmp_path, recipe(tmp_path, pickle_model, "allow_pickle = true\n"), "plain", tiny=(), epochs=None)
@@ -75,7 +81,9 @@ TUNE_WORKERS = ("nlptasks/tune/study.py", "procs.append(subprocess.Popen(command
 def test_no_recipe_string_reaches_a_shell():
     """Nothing in the engine or the built-in plugins runs a shell or evaluates strings; the only
     processes started are the --nproc launcher's and tune --workers' argument lists."""
-    pattern = re.compile(r"os\.system|os\.popen|os\.exec|shell\s*=\s*True|(?<![.\w`])(?<!def )eval\(|(?<![.\w`])exec\(|pickle\.loads?\(")
+    pattern = re.compile(
+        r"os\.system|os\.popen|os\.exec|shell\s*=\s*True|(?<![.\w`])(?<!def )eval\(|(?<![.\w`])exec\(|pickle\.loads?\("
+    )
     hits, calls = [], []
     for folder in ("nlptasks", "plugins"):
         for path in (ROOT / folder).rglob("*.py"):

@@ -20,19 +20,41 @@ def built(architecture: str):
     return AutoConfig.for_model(architecture, **scratch_values(architecture, SCRATCH))
 
 
-@pytest.mark.parametrize(("architecture", "fields"), [
-    ("t5", {"num_layers": 3, "num_decoder_layers": 3, "d_model": 48, "num_heads": 4, "d_ff": 80, "d_kv": 12}),
-    ("bart", {"encoder_layers": 3, "decoder_layers": 3, "d_model": 48, "encoder_attention_heads": 4,
-              "decoder_attention_heads": 4, "encoder_ffn_dim": 80, "decoder_ffn_dim": 80}),
-    ("marian", {"encoder_layers": 3, "decoder_layers": 3, "decoder_attention_heads": 4, "decoder_ffn_dim": 80}),
-    ("gpt2", {"n_layer": 3, "n_embd": 48, "n_head": 4, "n_inner": 80}),
-    ("distilbert", {"n_layers": 3, "dim": 48, "n_heads": 4, "hidden_dim": 80}),
-    ("bert", {"num_hidden_layers": 3, "hidden_size": 48, "num_attention_heads": 4, "intermediate_size": 80}),
-    ("llama", {"num_hidden_layers": 3, "hidden_size": 48, "num_attention_heads": 4, "intermediate_size": 80,
-               "num_key_value_heads": 4, "head_dim": 12}),
-    ("mistral", {"num_key_value_heads": 4}),  # its default, 8, would not divide 4 heads
-    ("xlnet", {"n_layer": 3, "d_model": 48, "n_head": 4, "d_inner": 80, "d_head": 12}),
-])
+@pytest.mark.parametrize(
+    ("architecture", "fields"),
+    [
+        ("t5", {"num_layers": 3, "num_decoder_layers": 3, "d_model": 48, "num_heads": 4, "d_ff": 80, "d_kv": 12}),
+        (
+            "bart",
+            {
+                "encoder_layers": 3,
+                "decoder_layers": 3,
+                "d_model": 48,
+                "encoder_attention_heads": 4,
+                "decoder_attention_heads": 4,
+                "encoder_ffn_dim": 80,
+                "decoder_ffn_dim": 80,
+            },
+        ),
+        ("marian", {"encoder_layers": 3, "decoder_layers": 3, "decoder_attention_heads": 4, "decoder_ffn_dim": 80}),
+        ("gpt2", {"n_layer": 3, "n_embd": 48, "n_head": 4, "n_inner": 80}),
+        ("distilbert", {"n_layers": 3, "dim": 48, "n_heads": 4, "hidden_dim": 80}),
+        ("bert", {"num_hidden_layers": 3, "hidden_size": 48, "num_attention_heads": 4, "intermediate_size": 80}),
+        (
+            "llama",
+            {
+                "num_hidden_layers": 3,
+                "hidden_size": 48,
+                "num_attention_heads": 4,
+                "intermediate_size": 80,
+                "num_key_value_heads": 4,
+                "head_dim": 12,
+            },
+        ),
+        ("mistral", {"num_key_value_heads": 4}),  # its default, 8, would not divide 4 heads
+        ("xlnet", {"n_layer": 3, "d_model": 48, "n_head": 4, "d_inner": 80, "d_head": 12}),
+    ],
+)
 def test_every_size_field_of_the_architecture_is_set(architecture, fields):
     config = built(architecture)
     assert {k: getattr(config, k) for k in fields} == fields
@@ -54,8 +76,12 @@ def _text_architectures() -> list[str]:
     from transformers.models.auto import modeling_auto
 
     names: set[str] = set()
-    for mapping in ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-                    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"):
+    for mapping in (
+        "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+        "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+        "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+        "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    ):
         names |= set(getattr(modeling_auto, mapping))
     return sorted(names)
 
@@ -69,8 +95,12 @@ def test_every_aliased_size_of_every_text_architecture_is_set_and_shadowed():
 
     from nlptasks.recipe.scratch import config_fields
 
-    keys = {"num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
-            "intermediate_size": "intermediate"}
+    keys = {
+        "num_hidden_layers": "layers",
+        "hidden_size": "hidden",
+        "num_attention_heads": "heads",
+        "intermediate_size": "intermediate",
+    }
     missed, checked = [], 0
     for architecture in _text_architectures():
         aliases = getattr(CONFIG_MAPPING[architecture], "attribute_map", {}) or {}
@@ -95,21 +125,32 @@ def test_unmapped_size_fields_are_real_sizes():
     assert "moe_intermediate_size" not in size_fields_of("qwen2_moe")["intermediate"]
 
 
-@pytest.mark.parametrize(("architecture", "key", "source"), [
-    ("t5", "num_decoder_layers", "model.scratch.layers"),
-    ("t5", "d_ff", "model.scratch.intermediate"),
-    ("bart", "decoder_attention_heads", "model.scratch.heads"),
-    ("gpt2", "n_embd", "model.scratch.hidden"),
-    ("distilbert", "hidden_dim", "model.scratch.intermediate"),
-])
+@pytest.mark.parametrize(
+    ("architecture", "key", "source"),
+    [
+        ("t5", "num_decoder_layers", "model.scratch.layers"),
+        ("t5", "d_ff", "model.scratch.intermediate"),
+        ("bart", "decoder_attention_heads", "model.scratch.heads"),
+        ("gpt2", "n_embd", "model.scratch.hidden"),
+        ("distilbert", "hidden_dim", "model.scratch.intermediate"),
+    ],
+)
 def test_extra_may_not_set_a_mapped_field(architecture, key, source):
     problems = extra_problems({"model": {"scratch": {"architecture": architecture, "extra": {key: 1}}}})
-    assert [(p.where, p.message.split(":")[0]) for p in problems] == [(f"model.scratch.extra.{key}", f"is set by {source}")]
+    assert [(p.where, p.message.split(":")[0]) for p in problems] == [
+        (f"model.scratch.extra.{key}", f"is set by {source}")
+    ]
 
 
 def test_extra_may_set_derived_and_other_fields():
-    raw = {"model": {"scratch": {"architecture": "llama", "extra": {"num_key_value_heads": 1, "head_dim": 8,
-                                                                     "rope_theta": 1e4, "hidden_dim": 3}}}}
+    raw = {
+        "model": {
+            "scratch": {
+                "architecture": "llama",
+                "extra": {"num_key_value_heads": 1, "head_dim": 8, "rope_theta": 1e4, "hidden_dim": 3},
+            }
+        }
+    }
     assert extra_problems(raw) == []  # hidden_dim is DistilBERT's feed-forward size only
     assert "num_decoder_layers" in SCRATCH_EXTRA_SHADOWS and "d_kv" not in SCRATCH_EXTRA_SHADOWS
 
@@ -134,7 +175,8 @@ def test_validate_refuses_an_extra_key_the_architecture_aliases_to_a_size():
     from nlptasks.pipeline import load_recipe
 
     assert scratch_shadow("deepseek_v4", "moe_intermediate_size") is None
-    loaded = load_recipe(RECIPES / "cls.toml", ["model.scratch.architecture=deepseek_v4",
-                                                 "model.scratch.extra.moe_intermediate_size=8"])
+    loaded = load_recipe(
+        RECIPES / "cls.toml", ["model.scratch.architecture=deepseek_v4", "model.scratch.extra.moe_intermediate_size=8"]
+    )
     problems = {p.where: p.message for p in preflight_problems(loaded)}
     assert problems["model.scratch.extra.moe_intermediate_size"].startswith("is set by model.scratch.intermediate")

@@ -29,10 +29,20 @@ from nlptasks.plugin import hookimpl  # noqa: E402
 from nlptasks.testing import plugin_host, run_cli, run_recipe  # noqa: E402
 
 LAYERS, HIDDEN, HEADS, INTERMEDIATE = 2, 32, 4, 48  # T5's defaults: 6 layers (encoder and decoder), d_ff 2048
-SIZES = (f"model.scratch.layers={LAYERS}", f"model.scratch.hidden={HIDDEN}", f"model.scratch.heads={HEADS}",
-         f"model.scratch.intermediate={INTERMEDIATE}")
-FAST = (*SIZES, "data.max_train_rows=32", "data.max_eval_rows=8", "train.batch_size=16", "train.warmup=0",
-        "train.learning_rate=0.01")
+SIZES = (
+    f"model.scratch.layers={LAYERS}",
+    f"model.scratch.hidden={HIDDEN}",
+    f"model.scratch.heads={HEADS}",
+    f"model.scratch.intermediate={INTERMEDIATE}",
+)
+FAST = (
+    *SIZES,
+    "data.max_train_rows=32",
+    "data.max_eval_rows=8",
+    "train.batch_size=16",
+    "train.warmup=0",
+    "train.learning_rate=0.01",
+)
 METHOD_SETS = {
     "lora": ("peft.r=4",),
     "prefix": ("peft.num_virtual_tokens=4",),
@@ -60,9 +70,17 @@ def adapter(host, runs):
 
     def call(method: str):
         if method not in done:
-            done[method] = run_recipe(RECIPE, *FAST, "train.max_steps=2", "train.eval_strategy=no",
-                                      f"peft.method={method}", *METHOD_SETS[method], host=host, folder=runs,
-                                      name=method)
+            done[method] = run_recipe(
+                RECIPE,
+                *FAST,
+                "train.max_steps=2",
+                "train.eval_strategy=no",
+                f"peft.method={method}",
+                *METHOD_SETS[method],
+                host=host,
+                folder=runs,
+                name=method,
+            )
         return done[method]
 
     return call
@@ -85,7 +103,12 @@ def test_the_run_builds_the_decoder_with_the_sizes_the_recipe_asks(full):
     assert type(model).__name__ == "T5ForConditionalGeneration"
     assert (config.num_layers, config.num_decoder_layers) == (LAYERS, LAYERS)
     assert len(model.encoder.block) == len(model.decoder.block) == LAYERS
-    assert (config.d_model, config.num_heads, config.d_ff, config.d_kv) == (HIDDEN, HEADS, INTERMEDIATE, HIDDEN // HEADS)
+    assert (config.d_model, config.num_heads, config.d_ff, config.d_kv) == (
+        HIDDEN,
+        HEADS,
+        INTERMEDIATE,
+        HIDDEN // HEADS,
+    )
     for stack in (model.encoder, model.decoder):
         feed_forward = stack.block[0].layer[-1].DenseReluDense
         assert tuple(feed_forward.wi.weight.shape) == (INTERMEDIATE, HIDDEN)
@@ -103,8 +126,16 @@ def test_evaluation_generates_during_training_and_after(full):
 
 
 def test_eval_scores_the_run_as_the_run_did(full, host, tmp_path):
-    code, _, err = run_cli("eval", full.output_dir, "--data", PACKAGE / "data" / "test.jsonl", "-o", tmp_path / "ev",
-                           "--no-progress", host=host)
+    code, _, err = run_cli(
+        "eval",
+        full.output_dir,
+        "--data",
+        PACKAGE / "data" / "test.jsonl",
+        "-o",
+        tmp_path / "ev",
+        "--no-progress",
+        host=host,
+    )
     assert code == 0, err
     metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text(encoding="utf-8"))
     scored = metrics.get("test", metrics)
@@ -130,8 +161,9 @@ def test_inspect_batch_shows_the_target_tokens_on_the_decoders_side(host):
     assert "labels (target, the decoder's side)" in out
     assert f"target text: {first['target']}[SEP]" in out  # the target's tokens and the end token
     target_rows = out.split("labels (target, the decoder's side)")[1].splitlines()[3:]
-    assert [line.split()[-1].strip("'") for line in target_rows if line.strip()][: len(first["target"])] \
-        == list(first["target"])
+    assert [line.split()[-1].strip("'") for line in target_rows if line.strip()][: len(first["target"])] == list(
+        first["target"]
+    )
     assert "ok: every example of train, validation, test has labels for the loss: labels (target)" in out
 
 
@@ -143,13 +175,15 @@ class NoTargetInTheLoss:
     def nlptasks_preprocess(self, ctx, data):
         out = yield
         out["train"] = out["train"].map(
-            lambda row, i: {"labels": [-100] * len(row["labels"])} if i == 0 else {}, with_indices=True)
+            lambda row, i: {"labels": [-100] * len(row["labels"])} if i == 0 else {}, with_indices=True
+        )
         return out
 
 
 def test_inspect_batch_refuses_an_example_with_no_target_token_in_the_loss():
-    code, out, err = run_cli("inspect-batch", RECIPE, "--rows", "1",
-                             host=plugin_host(s2s=nlptasks_s2s, broken=NoTargetInTheLoss()))
+    code, out, err = run_cli(
+        "inspect-batch", RECIPE, "--rows", "1", host=plugin_host(s2s=nlptasks_s2s, broken=NoTargetInTheLoss())
+    )
     assert code != 0
     assert "no token in the loss (labels)" in out + err
     assert "0 in the loss" in out
@@ -192,15 +226,30 @@ def test_the_virtual_tokens_reach_an_encoder_decoder(method):
     import torch
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
 
-    config = AutoConfig.for_model("t5", vocab_size=20, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
-                                  num_heads=2, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    config = AutoConfig.for_model(
+        "t5",
+        vocab_size=20,
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        decoder_start_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     make = {"prefix": peft.PrefixTuningConfig, "p_tuning": peft.PromptEncoderConfig, "prompt": peft.PromptTuningConfig}
     extra = {"encoder_hidden_size": 16} if method == "p_tuning" else {}
     torch.manual_seed(0)
-    model = peft.get_peft_model(AutoModelForSeq2SeqLM.from_config(config),
-                                make[method](task_type="SEQ_2_SEQ_LM", num_virtual_tokens=4, **extra)).eval()
-    batch = {"input_ids": torch.tensor([[5, 6, 7, 1]]), "attention_mask": torch.ones(1, 4, dtype=torch.long),
-             "labels": torch.tensor([[7, 6, 5, 1]])}
+    model = peft.get_peft_model(
+        AutoModelForSeq2SeqLM.from_config(config), make[method](task_type="SEQ_2_SEQ_LM", num_virtual_tokens=4, **extra)
+    ).eval()
+    batch = {
+        "input_ids": torch.tensor([[5, 6, 7, 1]]),
+        "attention_mask": torch.ones(1, 4, dtype=torch.long),
+        "labels": torch.tensor([[7, 6, 5, 1]]),
+    }
     with torch.no_grad():
         adapted = model(**batch).logits
         with model.disable_adapter():
@@ -231,8 +280,19 @@ def test_merge_check_compares_the_decoders_logits():
 
     from nlptasks.inference.merge import compare_outputs, model_outputs
 
-    config = AutoConfig.for_model("t5", vocab_size=20, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_decoder_layers=1,
-                                  num_heads=2, decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    config = AutoConfig.for_model(
+        "t5",
+        vocab_size=20,
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        decoder_start_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     model = AutoModelForSeq2SeqLM.from_config(config).eval()
     with_decoder = [{"input_ids": [5, 6, 7, 1], "attention_mask": [1, 1, 1, 1], "decoder_input_ids": [0, 7, 6]}]
@@ -250,8 +310,15 @@ def test_merge_check_compares_the_decoders_logits():
 
 
 def test_validate_refuses_an_extra_key_that_a_scratch_size_sets(host):
-    code, _, err = run_cli("validate", RECIPE, "--set", "model.scratch.extra.num_decoder_layers=3",
-                           "--set", "model.scratch.extra.decoder_ffn_dim=8", host=host)
+    code, _, err = run_cli(
+        "validate",
+        RECIPE,
+        "--set",
+        "model.scratch.extra.num_decoder_layers=3",
+        "--set",
+        "model.scratch.extra.decoder_ffn_dim=8",
+        host=host,
+    )
     assert code == 2
     assert "model.scratch.extra.num_decoder_layers: is set by model.scratch.layers" in err
     assert "model.scratch.extra.decoder_ffn_dim: is set by model.scratch.intermediate" in err
@@ -262,6 +329,13 @@ def test_validate_names_a_size_field_the_scratch_keys_cannot_set(host):
     assert code == 2
     assert "model.scratch.extra.v_head_dim: 'deepseek_v3' has a size field 'v_head_dim'" in err
     assert "that [model.scratch] does not set" in err
-    code, _, err = run_cli("validate", RECIPE, "--set", "model.scratch.architecture=deepseek_v3",
-                           "--set", "model.scratch.extra.v_head_dim=8", host=host)
+    code, _, err = run_cli(
+        "validate",
+        RECIPE,
+        "--set",
+        "model.scratch.architecture=deepseek_v3",
+        "--set",
+        "model.scratch.extra.v_head_dim=8",
+        host=host,
+    )
     assert "v_head_dim" not in err  # set by the recipe: nothing left at the architecture's default

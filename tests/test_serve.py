@@ -50,15 +50,28 @@ RICH = {  # objects and lists of fields, as a jsonl file's rows would give them
 @pytest.fixture(scope="module")
 def trained(runs) -> dict[str, Path]:
     """One tiny run per task (seconds each, in-process), by task."""
-    sft_rows = [json.loads(line) for line in
-                (RECIPES / "data" / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()[:24]]
+    sft_rows = [
+        json.loads(line)
+        for line in (RECIPES / "data" / "sft" / "train.jsonl").read_text(encoding="utf-8").splitlines()[:24]
+    ]
     sft_data = runs / "sft24.jsonl"
     sft_data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in sft_rows), encoding="utf-8")
     return {
         **{task: tiny_run(runs, f"{task}.toml", task, "data.max_train_rows=300") for task in ("cls", "ner", "pair")},
-        "sft": tiny_run(runs, "sft.toml", "sft", "peft.method=none", f"data.train={sft_data}",
-                        f"data.validation={sft_data}", "data.test=", "train.batch_size=8", "options.generation_eval.rows=2",
-                        "options.generation_eval.max_new_tokens=4", tiny=TINY_DECODER, epochs=12),
+        "sft": tiny_run(
+            runs,
+            "sft.toml",
+            "sft",
+            "peft.method=none",
+            f"data.train={sft_data}",
+            f"data.validation={sft_data}",
+            "data.test=",
+            "train.batch_size=8",
+            "options.generation_eval.rows=2",
+            "options.generation_eval.max_new_tokens=4",
+            tiny=TINY_DECODER,
+            epochs=12,
+        ),
     }
 
 
@@ -143,7 +156,8 @@ def test_models_health_and_metrics(client):
     listed = client.get("/v1/models").json()
     assert listed["object"] == "list"
     assert [(m["id"], m["task"], m["object"], m["owned_by"]) for m in listed["data"]] == [
-        (t, t, "model", "nlptasks") for t in ("cls", "ner", "pair", "sft")]
+        (t, t, "model", "nlptasks") for t in ("cls", "ner", "pair", "sft")
+    ]
     assert client.get("/health").json() == {"status": "ok", "models": ["cls", "ner", "pair", "sft"]}
     client.post("/v1/predict/cls", json={"inputs": ["好"]})
     client.post("/v1/predict/nope", json={"inputs": ["好"]})
@@ -280,15 +294,18 @@ def test_full_queue_answers_503_with_retry_after_and_timeout_504(models):
     state.close()
 
 
-@pytest.mark.parametrize("body, field, words", [
-    ({"input": ["好"]}, "inputs", ["inputs: required", "did you mean 'inputs'"]),
-    ({"inputs": []}, "inputs", ["inputs: empty"]),
-    ({"inputs": "好"}, "inputs", ["must be a list", "got a string"]),
-    ({"inputs": ["好", 3]}, "inputs[1]", ["inputs[1]: must be a text"]),
-    (b"{not json", "body", ["not valid JSON"]),
-    (b"", "body", ["body: empty"]),
-    ([1, 2], "body", ["must be a JSON object"]),
-])
+@pytest.mark.parametrize(
+    "body, field, words",
+    [
+        ({"input": ["好"]}, "inputs", ["inputs: required", "did you mean 'inputs'"]),
+        ({"inputs": []}, "inputs", ["inputs: empty"]),
+        ({"inputs": "好"}, "inputs", ["must be a list", "got a string"]),
+        ({"inputs": ["好", 3]}, "inputs[1]", ["inputs[1]: must be a text"]),
+        (b"{not json", "body", ["not valid JSON"]),
+        (b"", "body", ["body: empty"]),
+        ([1, 2], "body", ["must be a JSON object"]),
+    ],
+)
 def test_bad_requests_get_400_naming_the_field(client, body, field, words):
     if isinstance(body, bytes):
         answer = client.post("/v1/predict/cls", content=body, headers={"Content-Type": "application/json"})
@@ -326,8 +343,10 @@ def test_api_key(models, monkeypatch):
             assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
             assert "Authorization: Bearer" in denied.json()["error"]["message"]
         assert c.post("/v1/predict/cls", json={"inputs": ["好"]}).status_code == 401
-        assert c.post("/v1/predict/cls", json={"inputs": ["好"]},
-                      headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert (
+            c.post("/v1/predict/cls", json={"inputs": ["好"]}, headers={"Authorization": "Bearer wrong"}).status_code
+            == 401
+        )
         ok = c.post("/v1/predict/cls", json={"inputs": ["好"]}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
         assert c.get("/v1/models", headers={"Authorization": "bearer s3cret"}).status_code == 200
@@ -405,10 +424,26 @@ def test_the_command_serves_and_stops_gracefully(trained):
 
     port = free_port()
     env = {**os.environ, "NLPTASKS_API_KEY": "k"}
-    cmd = [sys.executable, "-m", "nlptasks", "serve", str(trained["cls"]), str(trained["pair"]), "--name", "sentiment",
-           "--name", "pairs", "--port", str(port), "--max-wait-ms", "1500", "--no-access-log"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "nlptasks",
+        "serve",
+        str(trained["cls"]),
+        str(trained["pair"]),
+        "--name",
+        "sentiment",
+        "--name",
+        "pairs",
+        "--port",
+        str(port),
+        "--max-wait-ms",
+        "1500",
+        "--no-access-log",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     auth = {"Authorization": "Bearer k"}
 
@@ -427,8 +462,9 @@ def test_the_command_serves_and_stops_gracefully(trained):
         result = {}
 
         def in_flight():
-            result["answer"] = httpx.post(f"{url}/v1/predict/pairs", json={"inputs": INPUTS["pair"]}, headers=auth,
-                                          timeout=120)
+            result["answer"] = httpx.post(
+                f"{url}/v1/predict/pairs", json={"inputs": INPUTS["pair"]}, headers=auth, timeout=120
+            )
 
         thread = threading.Thread(target=in_flight)
         thread.start()

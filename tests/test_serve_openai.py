@@ -47,8 +47,11 @@ def test_the_predictors_chat_is_its_answer_in_pieces(server):
     assert "".join(pieces) == predictor([QUESTION])[0]["response"]
     assert info["prompt_tokens"] > 0 and info["finish_reason"] in ("stop", "length")
     assert info["completion_tokens"] >= len([p for p in pieces if p]) - 1
-    turns = [{"role": "user", "content": "你好"}, {"role": "assistant", "content": "您好！"},
-             {"role": "user", "content": QUESTION}]
+    turns = [
+        {"role": "user", "content": "你好"},
+        {"role": "assistant", "content": "您好！"},
+        {"role": "user", "content": QUESTION},
+    ]
     assert "".join(predictor.chat(turns, temperature=0)) == predictor([{"messages": turns}])[0]["response"]
 
 
@@ -67,8 +70,14 @@ def test_chat_equals_the_predictor_and_streaming_joins_to_it(client, server):
     assert answer.usage.prompt_tokens > 0 and answer.usage.completion_tokens > 0
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
 
-    chunks = list(client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
-                                                 stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny-sft",
+            messages=[{"role": "user", "content": QUESTION}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     with_choices = [c for c in chunks if c.choices]
     assert with_choices[0].choices[0].delta.role == "assistant"
@@ -80,18 +89,25 @@ def test_chat_equals_the_predictor_and_streaming_joins_to_it(client, server):
 
 
 def test_settings_are_honoured(client, server):
-    one = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
-                                         max_tokens=2, temperature=0)
+    one = client.chat.completions.create(
+        model="tiny-sft", messages=[{"role": "user", "content": QUESTION}], max_tokens=2, temperature=0
+    )
     assert one.choices[0].finish_reason == "length" and one.usage.completion_tokens == 2
     full = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}])
     text = full.choices[0].message.content
     if len(text) > 4:  # a stop string cuts the reply before it
-        cut = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
-                                             stop=[text[2:4]])
+        cut = client.chat.completions.create(
+            model="tiny-sft", messages=[{"role": "user", "content": QUESTION}], stop=[text[2:4]]
+        )
         assert cut.choices[0].finish_reason == "stop" and text.startswith(cut.choices[0].message.content)
         assert text[2:4] not in cut.choices[0].message.content
-    sampled = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
-                                             temperature=0.8, top_p=0.9, max_completion_tokens=8)
+    sampled = client.chat.completions.create(
+        model="tiny-sft",
+        messages=[{"role": "user", "content": QUESTION}],
+        temperature=0.8,
+        top_p=0.9,
+        max_completion_tokens=8,
+    )
     assert sampled.usage.completion_tokens <= 8
 
 
@@ -114,8 +130,9 @@ def test_refusals_name_the_model_or_the_field(client):
     with pytest.raises(openai.BadRequestError, match=r"temperature: must be a number from 0 to 2"):
         client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}], temperature=5)
     with pytest.raises(openai.BadRequestError, match=r"messages\[0\].role: 'tool' is not supported"):
-        client.chat.completions.create(model="tiny-sft", messages=[{"role": "tool", "content": "hi",
-                                                                    "tool_call_id": "1"}])
+        client.chat.completions.create(
+            model="tiny-sft", messages=[{"role": "tool", "content": "hi", "tool_call_id": "1"}]
+        )
     with pytest.raises(openai.BadRequestError, match=r"messages: .*no user turn"):  # from the predictor
         client.chat.completions.create(model="tiny-sft", messages=[{"role": "system", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match=r"max_tokens: must be an integer"):
@@ -165,12 +182,17 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation(server, client):
             finally:
                 pieces.close()
                 calls.append(None)
+
         return gen()
 
     served.predictor.chat = counting
     try:
-        body = {"model": "tiny-sft", "messages": [{"role": "user", "content": QUESTION}], "stream": True,
-                "max_tokens": 400}
+        body = {
+            "model": "tiny-sft",
+            "messages": [{"role": "user", "content": QUESTION}],
+            "stream": True,
+            "max_tokens": 400,
+        }
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as r:
             for i, _ in enumerate(r.iter_lines()):
                 if i >= 3:
@@ -181,8 +203,9 @@ def test_a_client_that_leaves_mid_stream_stops_its_generation(server, client):
         assert None in calls and "END" not in calls and len(calls) < 100, len(calls)  # long before 400 tokens
     finally:
         del served.predictor.chat
-    quick = client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": QUESTION}],
-                                           max_tokens=2)
+    quick = client.chat.completions.create(
+        model="tiny-sft", messages=[{"role": "user", "content": QUESTION}], max_tokens=2
+    )
     assert quick.usage.completion_tokens == 2
 
 
@@ -219,6 +242,7 @@ def test_a_wrong_api_key_is_refused(trained):
         with pytest.raises(openai.AuthenticationError):
             wrong.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}])
         right = openai.OpenAI(base_url=f"{url}/v1", api_key="secret", max_retries=0, timeout=120)
-        answer = right.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}],
-                                               max_tokens=3)
+        answer = right.chat.completions.create(
+            model="tiny-sft", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
         assert answer.usage.completion_tokens <= 3

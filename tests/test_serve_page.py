@@ -18,7 +18,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
     reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, /usr/bin/chromedriver): "
-           "apt-get install chromium chromium-driver (.ci/run installs them)",
+    "apt-get install chromium chromium-driver (.ci/run installs them)",
 )
 pytest.importorskip("selenium")
 
@@ -40,8 +40,14 @@ def browser():
     os.environ["SE_OFFLINE"] = "true"  # selenium-manager never downloads a browser or a driver
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1200,900", "--lang=en-US"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1200,900",
+        "--lang=en-US",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(60)
@@ -110,8 +116,12 @@ def test_the_page_shows_what_each_predictor_answers(served, browser, tmp_path):
 
     # ner: entities highlighted in the text, each a span with the entity's text
     ner = state.models["tiny-ner"]
-    candidates = [ner.manifest.get("example") or "", "小明在北京大学读书", "邹琳雪代表河南博物馆参加了比赛。",
-                  "张伟昨天去了上海浦东机场。"]
+    candidates = [
+        ner.manifest.get("example") or "",
+        "小明在北京大学读书",
+        "邹琳雪代表河南博物馆参加了比赛。",
+        "张伟昨天去了上海浦东机场。",
+    ]
     outputs = ner.predictor(candidates)
     found = [(t, out) for t, out in zip(candidates, outputs, strict=True) if t and out["entities"]]
     if not found:
@@ -122,8 +132,10 @@ def test_the_page_shows_what_each_predictor_answers(served, browser, tmp_path):
     spans = browser.find_elements(By.CSS_SELECTOR, "#result .highlighted span.entity")
     assert [text_of(browser, s) for s in spans] == [e["text"] for e in expected["entities"]]
     assert [s.get_attribute("data-type") for s in spans] == [e["type"] for e in expected["entities"]]
-    plain = browser.execute_script("const p = document.querySelector('#result .highlighted').cloneNode(true);"
-                                   "p.querySelectorAll('sup').forEach((s) => s.remove()); return p.textContent")
+    plain = browser.execute_script(
+        "const p = document.querySelector('#result .highlighted').cloneNode(true);"
+        "p.querySelectorAll('sup').forEach((s) => s.remove()); return p.textContent"
+    )
     assert plain == expected["text"]  # the whole text, the entities in place
 
     # sft: a chat box that streams the reply

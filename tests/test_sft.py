@@ -52,7 +52,9 @@ def tokenizer():
     from nlptasks.engine.data.tokenization import build_tokenizer
     from nlptasks.recipe import ScratchConfig
 
-    texts = [r["instruction"] + r["output"] for r in demo_rows(200)] + ["user assistant system ### Instruction: ### Response:"] * 3
+    texts = [r["instruction"] + r["output"] for r in demo_rows(200)] + [
+        "user assistant system ### Instruction: ### Response:"
+    ] * 3
     return build_tokenizer(texts, ScratchConfig(tokenizer="bpe", vocab_size=600, min_frequency=1), 128, style="decoder")
 
 
@@ -105,7 +107,10 @@ def test_alpaca_mask_includes_the_eos_token(tokenizer):
 
     tok = copy.deepcopy(tokenizer)
     choose_template("alpaca", tok, scratch=True)
-    messages = [{"role": "user", "content": "重复下面这句话。\n\n早餐在二楼餐厅。"}, {"role": "assistant", "content": "早餐在二楼餐厅。"}]
+    messages = [
+        {"role": "user", "content": "重复下面这句话。\n\n早餐在二楼餐厅。"},
+        {"role": "assistant", "content": "早餐在二楼餐厅。"},
+    ]
     assert in_loss(tok, messages) == ["早餐在二楼餐厅。<|endoftext|>"]
     assert render(tok, messages[:1], generation_prompt=True).endswith("### Response:\n")
 
@@ -151,8 +156,16 @@ def test_packed_batch_has_the_same_loss_as_the_padded_batch():
     from transformers import AutoConfig, AutoModelForCausalLM, DataCollatorWithFlattening
 
     torch.manual_seed(0)
-    cfg = AutoConfig.for_model("qwen2", vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               num_key_value_heads=2, intermediate_size=64, use_cache=False)
+    cfg = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        use_cache=False,
+    )
     model = AutoModelForCausalLM.from_config(cfg).eval()
     examples = [
         {"input_ids": [5, 6, 7, 8, 9, 10], "labels": [-100, -100, -100, 8, 9, 10]},
@@ -163,7 +176,9 @@ def test_packed_batch_has_the_same_loss_as_the_padded_batch():
     width = 6
     padded = {
         "input_ids": torch.tensor([e["input_ids"] + [0] * (width - len(e["input_ids"])) for e in examples]),
-        "attention_mask": torch.tensor([[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in examples]),
+        "attention_mask": torch.tensor(
+            [[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in examples]
+        ),
         "labels": torch.tensor([e["labels"] + [-100] * (width - len(e["labels"])) for e in examples]),
     }
     with torch.no_grad():
@@ -181,14 +196,25 @@ def test_packing_refuses_a_model_whose_attention_crosses_examples():
 
     plain = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
     split = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100, return_flash_attn_kwargs=True)
-    ok = AutoModelForCausalLM.from_config(AutoConfig.for_model(
-        "llama", vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-        intermediate_size=64))
+    ok = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(
+            "llama",
+            vocab_size=50,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            intermediate_size=64,
+        )
+    )
     check_packing(ok, plain)
     assert use_segment_attention(ok)
     check_packing(ok, split)
-    bloom = AutoModelForCausalLM.from_config(AutoConfig.for_model(  # ALiBi: no position ids to restart
-        "bloom", vocab_size=50, hidden_size=32, n_layer=1, n_head=2))
+    bloom = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(  # ALiBi: no position ids to restart
+            "bloom", vocab_size=50, hidden_size=32, n_layer=1, n_head=2
+        )
+    )
     assert not use_segment_attention(bloom)  # not an SDPA model of the attention interface: left alone
     for collator in (plain, split):
         with pytest.raises(RecipeError, match="options.packing"):
@@ -204,16 +230,29 @@ def test_packing_refuses_a_model_whose_attention_crosses_examples():
         ({"instruction": "问题", "input": "", "output": ""}, "empty 'output'"),
         ({"instruction": "", "input": "x", "output": "答"}, "empty 'instruction'"),
         ({"messages": [{"role": "user", "content": "你好"}]}, "last turn must be the assistant"),
-        ({"messages": [{"role": "robot", "content": "你好"}, {"role": "assistant", "content": "好"}]}, "unknown role 'robot'"),
-        ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"},
-                       {"role": "assistant", "content": "c"}]}, "system turn may only come first"),
+        (
+            {"messages": [{"role": "robot", "content": "你好"}, {"role": "assistant", "content": "好"}]},
+            "unknown role 'robot'",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "a"},
+                    {"role": "system", "content": "b"},
+                    {"role": "assistant", "content": "c"},
+                ]
+            },
+            "system turn may only come first",
+        ),
     ],
 )
 def test_malformed_rows_name_the_file_and_row(tmp_path, cli, row, message):
     good = demo_rows(5)
     if "messages" in row:
-        good = [{"messages": [{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": r["output"]}]}
-                for r in good]
+        good = [
+            {"messages": [{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": r["output"]}]}
+            for r in good
+        ]
     train = write_jsonl(tmp_path / "train.jsonl", [*good[:3], row, *good[3:]])
     code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={train}", "data.validation=", "data.test="))
     assert code == 2
@@ -225,8 +264,17 @@ def test_skip_bad_rows_counts_them(tmp_path, cli):
     rows = demo_rows(20)
     rows[3]["output"] = ""
     train = write_jsonl(tmp_path / "train.jsonl", rows)
-    code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={train}", "data.validation=", "data.test=",
-                                                          "options.bad_rows=skip", "data.split.validation=0.2"))
+    code, out, err = cli(
+        "inspect-batch",
+        QUICKSTART,
+        *sets(
+            f"data.train={train}",
+            "data.validation=",
+            "data.test=",
+            "options.bad_rows=skip",
+            "data.split.validation=0.2",
+        ),
+    )
     assert code == 0, err
     assert "1 malformed" in out
 
@@ -248,8 +296,10 @@ def test_a_value_of_the_wrong_kind_is_named_or_skipped(tmp_path, cli):
     every = write_jsonl(tmp_path / "every.jsonl", [{**r, "output": {"text": r["output"]}} for r in demo_rows(20)])
     code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={every}", "data.validation=", "data.test="))
     assert code == 2 and re.search(rf"{re.escape(str(every))}[^:]*:\d+: 'output' must be text, got an object", err), err
-    turns = [[{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": r["output"]}]
-             for r in demo_rows(20)]
+    turns = [
+        [{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": r["output"]}]
+        for r in demo_rows(20)
+    ]
     listed = [[{**t, "content": [t["content"]]} for t in pair] for pair in turns]
     chat = write_jsonl(tmp_path / "chat.jsonl", [{"messages": m} for m in listed])
     code, out, err = cli("inspect-batch", QUICKSTART, *sets(f"data.train={chat}", "data.validation=", "data.test="))
@@ -267,10 +317,16 @@ def test_a_response_cut_away_by_max_length_is_an_error_or_a_counted_drop(tmp_pat
     rows = demo_rows(20)
     rows[5]["instruction"] = "请仔细阅读下面这段很长的说明。" * 30
     train = write_jsonl(tmp_path / "train.jsonl", rows)
-    base = sets(f"data.train={train}", "data.validation=", "data.test=", "data.split.validation=0.2", "data.split.seed=1")
+    base = sets(
+        f"data.train={train}", "data.validation=", "data.test=", "data.split.validation=0.2", "data.split.seed=1"
+    )
     code, out, err = cli("inspect-batch", QUICKSTART, *base)
     assert code == 2
-    assert "response is cut away entirely" in err and re.search(rf"{re.escape(str(train))}[^:]*:6: ", err) and "options.no_response=drop" in err
+    assert (
+        "response is cut away entirely" in err
+        and re.search(rf"{re.escape(str(train))}[^:]*:6: ", err)
+        and "options.no_response=drop" in err
+    )
     code, out, err = cli("inspect-batch", QUICKSTART, *base, "--set", "options.no_response=drop")
     assert code == 0, err
     assert "1 response cut away by max_length" in out
@@ -318,11 +374,22 @@ def memorized(runs):
     trained answers."""
     data = write_jsonl(runs / "mem.jsonl", demo_rows(32))
     return tiny_run(
-        runs, QUICKSTART, "mem",
-        f"data.train={data}", f"data.validation={data}", "data.test=", "peft.method=none", "model.scratch.hidden=64",
-        "model.scratch.intermediate=256", "model.scratch.min_frequency=1", "train.batch_size=8",
-        "train.eval_strategy=no", "options.generation_eval.rows=32", "options.generation_eval.metric=exact_match",
-        tiny=(), epochs=40,
+        runs,
+        QUICKSTART,
+        "mem",
+        f"data.train={data}",
+        f"data.validation={data}",
+        "data.test=",
+        "peft.method=none",
+        "model.scratch.hidden=64",
+        "model.scratch.intermediate=256",
+        "model.scratch.min_frequency=1",
+        "train.batch_size=8",
+        "train.eval_strategy=no",
+        "options.generation_eval.rows=32",
+        "options.generation_eval.metric=exact_match",
+        tiny=(),
+        epochs=40,
     )
 
 
@@ -336,7 +403,9 @@ def test_memorization_greedy_generation_reproduces_the_answers(memorized, cli, t
     results = [json.loads(line) for line in out.splitlines()]
     assert len(results) == 32
     exact = sum(res["response"] == r["output"] for res, r in zip(results, rows, strict=True))
-    assert exact >= 30, [(res["response"], r["output"]) for res, r in zip(results, rows, strict=True) if res["response"] != r["output"]]
+    assert exact >= 30, [
+        (res["response"], r["output"]) for res, r in zip(results, rows, strict=True) if res["response"] != r["output"]
+    ]
     # Batched (length-sorted, left-padded) generation gives what one prompt at a time gives.
     one = rows[0]["instruction"] if not rows[0]["input"] else None
     if one:
@@ -354,10 +423,11 @@ def test_run_directory_stores_the_template_and_loads_in_plain_transformers(memor
     model = AutoModelForCausalLM.from_pretrained(memorized)
     row = demo_rows(32)[1]
     content = row["instruction"] + (f"\n\n{row['input']}" if row["input"] else "")
-    inputs = tok.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
-                                     return_tensors="pt", return_dict=True)
+    inputs = tok.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     out = model.generate(**inputs, max_new_tokens=40, do_sample=False)  # stops by generation_config
-    assert tok.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip() == row["output"]
+    assert tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip() == row["output"]
 
 
 def test_infer_generation_flags(memorized, cli):
@@ -366,7 +436,9 @@ def test_infer_generation_flags(memorized, cli):
     short = json.loads(out)["response"]
     code, out, err = cli("infer", "--model", memorized, "湖畔酒店几点可以入住？")
     assert len(short) < len(json.loads(out)["response"])
-    code, out, err = cli("infer", "--model", memorized, "--temperature", "0.8", "--top-p", "0.9", "湖畔酒店几点可以入住？")
+    code, out, err = cli(
+        "infer", "--model", memorized, "--temperature", "0.8", "--top-p", "0.9", "湖畔酒店几点可以入住？"
+    )
     assert code == 0 and json.loads(out)["response"]
     code, out, err = cli("infer", "--model", memorized, "--top-p", "1.5", "x")
     assert code == 2 and "--top-p" in err
@@ -390,8 +462,10 @@ def test_infer_names_inputs_that_are_not_prompts(memorized, cli, tmp_path):
 def test_infer_reads_chat_rows(memorized, cli, tmp_path):
     row = demo_rows(32)[2]
     content = row["instruction"] + (f"\n\n{row['input']}" if row["input"] else "")
-    chat = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": content},
-                                                             {"role": "assistant", "content": "(reference)"}]}])
+    chat = write_jsonl(
+        tmp_path / "chat.jsonl",
+        [{"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": "(reference)"}]}],
+    )
     code, out, err = cli("infer", "--model", memorized, "--file", chat)
     assert code == 0, err
     assert json.loads(out) == {"prompt": content, "response": row["output"]}
@@ -405,10 +479,17 @@ def test_generation_flags_on_a_task_that_does_not_generate(cli, tmp_path):
 
 def test_quickstart_with_packing_trains_and_says_how(tmp_path):
     run = tiny_run(
-        tmp_path, QUICKSTART, "p",
-        "options.packing=true", "data.max_train_rows=96", "data.max_eval_rows=16", "options.generation_eval.rows=4",
-        "options.generation_eval.every_steps=5", "train.batch_size=16",
-        tiny=TINY_DECODER, epochs=2,
+        tmp_path,
+        QUICKSTART,
+        "p",
+        "options.packing=true",
+        "data.max_train_rows=96",
+        "data.max_eval_rows=16",
+        "options.generation_eval.rows=4",
+        "options.generation_eval.every_steps=5",
+        "train.batch_size=16",
+        tiny=TINY_DECODER,
+        epochs=2,
     )
     # The generation metric is logged during training (every 5 of the 12 steps) beside the loss.
     assert len(re.findall(r"validation \(epoch [\d.]+\): gen_char_f1 [\d.]+", run.err)) == 2, run.err
@@ -424,9 +505,16 @@ def test_packed_runs_split_attention_per_example_with_the_same_result(tmp_path):
     losses = {}
     for name, attention in (("split", "auto"), ("mask", "sdpa")):
         run = tiny_run(
-            tmp_path, QUICKSTART, name,
-            "options.packing=true", "data.max_train_rows=64", "data.max_eval_rows=16", "options.generation_eval.rows=2",
-            "options.generation_eval.max_new_tokens=4", "peft.dropout=0", f"optimize.attention={attention}",
+            tmp_path,
+            QUICKSTART,
+            name,
+            "options.packing=true",
+            "data.max_train_rows=64",
+            "data.max_eval_rows=16",
+            "options.generation_eval.rows=2",
+            "options.generation_eval.max_new_tokens=4",
+            "peft.dropout=0",
+            f"optimize.attention={attention}",
             tiny=TINY_DECODER,
         )
         manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
@@ -438,15 +526,25 @@ def test_packed_runs_split_attention_per_example_with_the_same_result(tmp_path):
 
 
 def test_packing_with_bloom_is_a_recipe_error(tmp_path, cli):
-    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets(
-        *TINY_DECODER, "model.scratch.architecture=bloom", "options.packing=true", "data.max_train_rows=32",
-        f"output.dir={tmp_path}",
-    ))
+    code, out, err = cli(
+        "run",
+        QUICKSTART,
+        "--no-progress",
+        *sets(
+            *TINY_DECODER,
+            "model.scratch.architecture=bloom",
+            "options.packing=true",
+            "data.max_train_rows=32",
+            f"output.dir={tmp_path}",
+        ),
+    )
     assert code == 2 and "options.packing" in err and "Traceback" not in err
 
 
 def test_a_word_level_vocabulary_is_refused_for_generation(tmp_path, cli):
-    code, out, err = cli("run", QUICKSTART, "--no-progress", *sets("model.scratch.tokenizer=char", f"output.dir={tmp_path}"))
+    code, out, err = cli(
+        "run", QUICKSTART, "--no-progress", *sets("model.scratch.tokenizer=char", f"output.dir={tmp_path}")
+    )
     assert code == 2 and "model.scratch.tokenizer" in err and "'bpe'" in err
 
 
@@ -457,17 +555,31 @@ def test_a_word_level_vocabulary_is_refused_for_generation(tmp_path, cli):
 @pytest.mark.parametrize("name", ["alpaca_zh", "alpaca_en"])
 def test_real_alpaca_loss_falls_and_masks_are_right(name, tmp_path, cli):
     folder = shared(name)
-    data = [f"data.train={folder / 'train.jsonl'}", f"data.validation={folder / 'validation.jsonl'}", "data.test=",
-            "data.max_train_rows=240", "data.max_eval_rows=40", "model.max_length=256", "options.no_response=drop"]
+    data = [
+        f"data.train={folder / 'train.jsonl'}",
+        f"data.validation={folder / 'validation.jsonl'}",
+        "data.test=",
+        "data.max_train_rows=240",
+        "data.max_eval_rows=40",
+        "model.max_length=256",
+        "options.no_response=drop",
+    ]
     code, out, err = cli("inspect-batch", QUICKSTART, *sets(*data), "--rows", "1")
     assert code == 0, err
     first = json.loads((folder / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert "«" + first["output"].strip()[:10] in out
     run = tiny_run(
-        tmp_path, QUICKSTART, "r",
-        *data, "model.scratch.vocab_size=3000", "train.batch_size=8", "train.learning_rate=2e-3",
-        "train.logging_steps=5", "options.generation_eval.rows=4",
-        tiny=(), epochs=2,
+        tmp_path,
+        QUICKSTART,
+        "r",
+        *data,
+        "model.scratch.vocab_size=3000",
+        "train.batch_size=8",
+        "train.learning_rate=2e-3",
+        "train.logging_steps=5",
+        "options.generation_eval.rows=4",
+        tiny=(),
+        epochs=2,
     )
     metrics = read_metrics(run)
     config = run / "base" / "config.json"  # a LoRA run (the quickstart's): the frozen base's config
@@ -489,10 +601,19 @@ def _first_logged_loss(stderr: str) -> float:
 @pytest.mark.parametrize("method", ["prefix", "prompt"])
 def test_packing_with_a_virtual_token_peft_method_is_a_recipe_error(tmp_path, cli, method):
     recipe = without_peft_table(tmp_path)
-    code, out, err = cli("run", recipe, "--no-progress", *sets(
-        *TINY_DECODER, "options.packing=true", f"peft.method={method}", "peft.num_virtual_tokens=4",
-        "data.max_train_rows=16", f"output.dir={tmp_path}",
-    ))
+    code, out, err = cli(
+        "run",
+        recipe,
+        "--no-progress",
+        *sets(
+            *TINY_DECODER,
+            "options.packing=true",
+            f"peft.method={method}",
+            "peft.num_virtual_tokens=4",
+            "data.max_train_rows=16",
+            f"output.dir={tmp_path}",
+        ),
+    )
     assert code == 2 and "options.packing" in err and method in err and "Traceback" not in err
 
 
@@ -509,8 +630,16 @@ def test_packing_auto_turns_itself_off_and_says_why(tmp_path, settings, reason):
     """options.packing defaults to "auto": where packing cannot keep examples apart, or the recipe
     asks for something packing cannot give, the run trains unpacked and the log names the reason."""
     recipe = without_peft_table(tmp_path)
-    run = tiny_run(tmp_path, recipe, "r", *settings, "data.max_train_rows=16", "data.max_eval_rows=8",
-                   "options.generation_eval.rows=1", tiny=TINY_DECODER)
+    run = tiny_run(
+        tmp_path,
+        recipe,
+        "r",
+        *settings,
+        "data.max_train_rows=16",
+        "data.max_eval_rows=8",
+        "options.generation_eval.rows=1",
+        tiny=TINY_DECODER,
+    )
     assert re.search(r'packing off \(options.packing = "auto"\): .*' + re.escape(reason), run.err), run.err
     manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
     assert manifest["packing"] is False
@@ -523,9 +652,16 @@ def test_packing_is_on_by_default_and_unpacked_training_gives_the_same_loss(tmp_
     recipe = without_peft_table(tmp_path)
     losses = {}
     for name, packing in (("default", None), ("unpacked", "false")):
-        run = tiny_run(tmp_path, recipe, name, "data.max_train_rows=48", "data.max_eval_rows=16",
-                       "options.generation_eval.rows=1", *([f"options.packing={packing}"] if packing else []),
-                       tiny=TINY_DECODER)
+        run = tiny_run(
+            tmp_path,
+            recipe,
+            name,
+            "data.max_train_rows=48",
+            "data.max_eval_rows=16",
+            "options.generation_eval.rows=1",
+            *([f"options.packing={packing}"] if packing else []),
+            tiny=TINY_DECODER,
+        )
         manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
         assert manifest["packing"] is (packing is None)
         metrics = read_metrics(run)
@@ -556,8 +692,16 @@ def test_quickstart_lora_run_loads_in_plain_peft_and_exports_a_checked_merge(tmp
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    run = tiny_run(tmp_path, QUICKSTART, "lora", "data.max_train_rows=128", "data.max_eval_rows=16",
-                   "options.generation_eval.rows=4", tiny=(), epochs=6)
+    run = tiny_run(
+        tmp_path,
+        QUICKSTART,
+        "lora",
+        "data.max_train_rows=128",
+        "data.max_eval_rows=16",
+        "options.generation_eval.rows=4",
+        tiny=(),
+        epochs=6,
+    )
     assert "trainable" in run.err and (run / "adapter_model.safetensors").exists() and (run / "base").is_dir()
     prompts = [r["instruction"] for r in demo_rows(128) if not r["input"]][:6]
     code, out, err = cli("infer", "--model", run, *prompts)
@@ -567,10 +711,13 @@ def test_quickstart_lora_run_loads_in_plain_peft_and_exports_a_checked_merge(tmp
     # Plain peft: the frozen base from base/, the adapter from the run folder.
     tok = AutoTokenizer.from_pretrained(run)
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run / "base"), run).eval()
-    inputs = tok.apply_chat_template([{"role": "user", "content": prompts[0]}], add_generation_prompt=True,
-                                     return_tensors="pt", return_dict=True)
+    inputs = tok.apply_chat_template(
+        [{"role": "user", "content": prompts[0]}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     generated = model.generate(**inputs, max_new_tokens=40, do_sample=False)
-    assert tok.decode(generated[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True).strip() == adapter_answers[0]
+    assert (
+        tok.decode(generated[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True).strip() == adapter_answers[0]
+    )
 
     code, out, err = cli("export", run, "--merge", tmp_path / "merged")
     assert code == 0, err
@@ -581,13 +728,32 @@ def test_quickstart_lora_run_loads_in_plain_peft_and_exports_a_checked_merge(tmp
 
 
 def test_chat_rows_with_a_system_prompt_mask_every_assistant_turn(tmp_path, cli):
-    rows = [{"messages": [{"role": "user", "content": r["instruction"]}, {"role": "assistant", "content": "好的。"},
-                          {"role": "user", "content": "再说一遍"}, {"role": "assistant", "content": r["output"]}]}
-            for r in demo_rows(12)]
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": r["instruction"]},
+                {"role": "assistant", "content": "好的。"},
+                {"role": "user", "content": "再说一遍"},
+                {"role": "assistant", "content": r["output"]},
+            ]
+        }
+        for r in demo_rows(12)
+    ]
     train = write_jsonl(tmp_path / "chat.jsonl", rows)
-    code, out, err = cli("inspect-batch", QUICKSTART, "--rows", "1", *sets(
-        f"data.train={train}", "data.validation=", "data.test=", "data.split.validation=0.25", "data.split.seed=3",
-        "options.system=你是酒店客服。"))
+    code, out, err = cli(
+        "inspect-batch",
+        QUICKSTART,
+        "--rows",
+        "1",
+        *sets(
+            f"data.train={train}",
+            "data.validation=",
+            "data.test=",
+            "data.split.validation=0.25",
+            "data.split.seed=3",
+            "options.system=你是酒店客服。",
+        ),
+    )
     assert code == 0, err
     text = next(line for line in out.splitlines() if line.startswith("  text: "))
     assert text.startswith("  text: <|im_start|>system⏎你是酒店客服。<|im_end|>")

@@ -42,9 +42,14 @@ def answers(predictor, texts=TEXTS) -> list[dict]:
 def test_load_options_are_checked_where_they_are_made():
     from nlptasks import LoadOptions, NlptasksError
 
-    for bad, message in ((dict(precision="fp64"), "precision 'fp64'"), (dict(batch_size=0), "batch_size 0"),
-                         (dict(max_length=4), "max_length 4"), (dict(device="tpu"), "device 'tpu'"),
-                         (dict(adapter="a", base_only=True), "not both"), (dict(threads=True), "threads True")):
+    for bad, message in (
+        (dict(precision="fp64"), "precision 'fp64'"),
+        (dict(batch_size=0), "batch_size 0"),
+        (dict(max_length=4), "max_length 4"),
+        (dict(device="tpu"), "device 'tpu'"),
+        (dict(adapter="a", base_only=True), "not both"),
+        (dict(threads=True), "threads True"),
+    ):
         with pytest.raises(NlptasksError, match=message):
             LoadOptions(**bad)
     assert LoadOptions().but(backend="onnx").backend == "onnx"
@@ -114,12 +119,16 @@ def test_a_server_holds_a_torch_run_and_an_onnx_export_at_once(cls_run, onnx_exp
 def test_a_backend_that_cannot_load_a_folder_says_what_to_use(cls_run, onnx_export):
     import nlptasks
 
-    with pytest.raises(nlptasks.NlptasksError, match="is an export of the onnx backend; it holds no torch weights") as caught:
+    with pytest.raises(
+        nlptasks.NlptasksError, match="is an export of the onnx backend; it holds no torch weights"
+    ) as caught:
         nlptasks.load(onnx_export, backend="torch")
     assert "nlptasks infer --model" in caught.value.hint
     with pytest.raises(nlptasks.NlptasksError, match="has no model.onnx"):
         nlptasks.load(cls_run, backend="onnx")
-    with pytest.raises(nlptasks.NlptasksError, match=r"no such backend \(did you mean 'onnx'\?\); backends: auto, torch, onnx"):
+    with pytest.raises(
+        nlptasks.NlptasksError, match=r"no such backend \(did you mean 'onnx'\?\); backends: auto, torch, onnx"
+    ):
         nlptasks.load(cls_run, backend="onx")
     with pytest.raises(nlptasks.NlptasksError, match="bf16 applies to the torch backend"):
         nlptasks.load(onnx_export, precision="bf16")

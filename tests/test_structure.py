@@ -17,7 +17,11 @@ from conftest import ROOT, run_process
 sys.path.insert(0, str(ROOT / "tools"))
 import imports  # noqa: E402
 
-PLUGIN_SOURCES = [ROOT / "plugins", *sorted((ROOT / "docs" / "plugin-tutorial").glob("*/src")), ROOT / "tests" / "plugins"]
+PLUGIN_SOURCES = [
+    ROOT / "plugins",
+    *sorted((ROOT / "docs" / "plugin-tutorial").glob("*/src")),
+    ROOT / "tests" / "plugins",
+]
 MAX_LINES = 500
 MAX_ENGINE_LINES = 400
 LONGER = {"nlptasks/hookspecs.py": 600}  # the hook reference: its docstrings are the API documentation
@@ -78,8 +82,11 @@ def test_the_room_and_skip_checks_catch_what_they_look_for():
     graph.imports.append(imports.Import("nlptasks.engine.system.machine", "nlptasks.engine.training.trainer", 1))
     graph.imports.append(imports.Import("nlptasks.cli.infer", "nlptasks.engine.io.rundir", 1))
     assert [(i.source, i.target) for i in imports.upward_rooms(graph)] == [
-        ("nlptasks.engine.system.machine", "nlptasks.engine.training.trainer")]
-    assert ("nlptasks.cli.infer", "nlptasks.engine.io.rundir") in [(i.source, i.target) for i in imports.skipped_floors(graph)]
+        ("nlptasks.engine.system.machine", "nlptasks.engine.training.trainer")
+    ]
+    assert ("nlptasks.cli.infer", "nlptasks.engine.io.rundir") in [
+        (i.source, i.target) for i in imports.skipped_floors(graph)
+    ]
 
 
 def test_no_module_imports_another_modules_private_name(graph):
@@ -94,9 +101,12 @@ def test_no_module_over_the_size_limit():
     """Modules small enough to read in one sitting: 500 lines, 400 in the engine."""
     files = [*(ROOT / "nlptasks").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]  # our plugins too
     engine = ROOT / "nlptasks" / "engine"
-    long = {str(p.relative_to(ROOT)): n for p in files
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > LONGER.get(
-                str(p.relative_to(ROOT)), MAX_ENGINE_LINES if engine in p.parents else MAX_LINES)}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if (n := len(p.read_text(encoding="utf-8").splitlines()))
+        > LONGER.get(str(p.relative_to(ROOT)), MAX_ENGINE_LINES if engine in p.parents else MAX_LINES)
+    }
     assert long == {}
 
 
@@ -104,7 +114,9 @@ def _public_names(path: Path) -> list[str] | None:
     """A module's ``__all__`` as written (``None`` when it is not a literal list)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
             try:
                 return list(ast.literal_eval(node.value))
@@ -139,8 +151,13 @@ def test_every_module_says_what_is_public():
     missing = []
     for path in (ROOT / "nlptasks").rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        names = {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
-                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+        names = {
+            t.id
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(t, ast.Name)
+        }
         if "__all__" not in names:
             missing.append(str(path.relative_to(ROOT)))
     assert missing == []
@@ -154,12 +171,16 @@ def _plugin_imports() -> list[tuple[str, int, str, tuple[str, ...]]]:
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
                 if isinstance(node, ast.Import):
-                    found += [(str(path.relative_to(ROOT)), node.lineno, a.name, ()) for a in node.names
-                              if a.name.split(".")[0] == "nlptasks"]
+                    found += [
+                        (str(path.relative_to(ROOT)), node.lineno, a.name, ())
+                        for a in node.names
+                        if a.name.split(".")[0] == "nlptasks"
+                    ]
                 elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                     if node.module.split(".")[0] == "nlptasks":
-                        found.append((str(path.relative_to(ROOT)), node.lineno, node.module,
-                                      tuple(a.name for a in node.names)))
+                        found.append(
+                            (str(path.relative_to(ROOT)), node.lineno, node.module, tuple(a.name for a in node.names))
+                        )
     return found
 
 
@@ -200,13 +221,18 @@ def test_the_public_plugin_api_is_complete_and_documented():
         if inspect.isfunction(value) or inspect.isclass(value):
             assert (value.__doc__ or "").strip(), f"nlptasks.plugin.{name} has no docstring"
             if inspect.isfunction(value):
-                assert all(p.annotation is not inspect.Parameter.empty for p in inspect.signature(value).parameters.values()
-                           if p.name not in ("self",)), f"nlptasks.plugin.{name}: untyped parameter"
+                assert all(
+                    p.annotation is not inspect.Parameter.empty
+                    for p in inspect.signature(value).parameters.values()
+                    if p.name not in ("self",)
+                ), f"nlptasks.plugin.{name}: untyped parameter"
 
 
 def test_importing_the_plugin_api_loads_no_heavy_library():
-    code = ("import sys, nlptasks.plugin; "
-            "print([m for m in ('torch', 'transformers', 'datasets', 'peft') if m in sys.modules])")
+    code = (
+        "import sys, nlptasks.plugin; "
+        "print([m for m in ('torch', 'transformers', 'datasets', 'peft') if m in sys.modules])"
+    )
     out = run_process([sys.executable, "-c", code])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -72,11 +72,22 @@ def test_nonembedding_parameters_leave_out_embedding_tables():
 
     from nlptasks.engine.training.throughput import nonembedding_parameters
 
-    model = BertModel(BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                 intermediate_size=64, max_position_embeddings=64))
+    model = BertModel(
+        BertConfig(
+            vocab_size=500,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
+    )
     emb = model.embeddings
-    tables = sum(p.numel() for m in (emb.word_embeddings, emb.position_embeddings, emb.token_type_embeddings)
-                 for p in m.parameters())
+    tables = sum(
+        p.numel()
+        for m in (emb.word_embeddings, emb.position_embeddings, emb.token_type_embeddings)
+        for p in m.parameters()
+    )
     assert nonembedding_parameters(model) == sum(p.numel() for p in model.parameters()) - tables
 
 

@@ -23,8 +23,15 @@ from nlptasks.testing import TINY, plugin_host, run_cli, run_recipe  # noqa: E40
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "recipes" / "data" / "cls"
 
-SMALL = (*TINY, "train.max_steps=8", "train.eval_strategy=steps", "train.eval_steps=4", "train.logging_steps=4",
-         "data.max_train_rows=120", "data.max_eval_rows=50")
+SMALL = (
+    *TINY,
+    "train.max_steps=8",
+    "train.eval_strategy=steps",
+    "train.eval_steps=4",
+    "train.logging_steps=4",
+    "data.max_train_rows=120",
+    "data.max_eval_rows=50",
+)
 
 TUNE = """
 [tune]
@@ -42,8 +49,9 @@ def host():
     return plugin_host(builtins=True)
 
 
-def recipe(tmp: Path, trials: int = 2, seed: int = 42,
-           extra: str = '"train.batch_size" = { choices = [8, 16] }') -> Path:
+def recipe(
+    tmp: Path, trials: int = 2, seed: int = 42, extra: str = '"train.batch_size" = { choices = [8, 16] }'
+) -> Path:
     """recipes/cls.toml with absolute data paths and a [tune] table."""
     text = (ROOT / "recipes" / "cls.toml").read_text(encoding="utf-8").replace('"data/cls/', f'"{DATA}/')
     text = text.split("\n[tune]")[0]  # the quickstart's own search space, replaced by this test's
@@ -76,18 +84,24 @@ def env() -> dict[str, str]:
 # -- the [tune] table ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("space,where,says", [
-    ('"train.lerning_rate" = { low = 1e-4, high = 1e-2 }', 'tune.space."train.lerning_rate"',
-     "did you mean 'train.learning_rate'"),
-    ('"train.batch_size" = { choices = [0, 8] }', 'tune.space."train.batch_size"', "value 0 refused"),
-    ('"train.batch_size" = { low = 4.0, high = 64.0 }', 'tune.space."train.batch_size"', "refused"),
-    ('"output.dir" = { choices = ["a", "b"] }', 'tune.space."output.dir"', "cannot be searched"),
-    ('"task" = { choices = ["ner"] }', 'tune.space."task"', "cannot be searched"),
-    ('"train.epochs" = { low = 3, high = 1 }', 'tune.space."train.epochs"', "must be below high"),
-    ('"train.weight_decay" = { low = 0.0, high = 0.1, log = true }', 'tune.space."train.weight_decay"', "low > 0"),
-    ('"train.warmup" = { low = 0.0, high = 0.2, lg = true }', 'tune.space."train.warmup".lg', "did you mean 'log'"),
-    ('"options.text_colum" = { choices = ["text"] }', 'tune.space."options.text_colum"', "unknown key"),
-])
+@pytest.mark.parametrize(
+    "space,where,says",
+    [
+        (
+            '"train.lerning_rate" = { low = 1e-4, high = 1e-2 }',
+            'tune.space."train.lerning_rate"',
+            "did you mean 'train.learning_rate'",
+        ),
+        ('"train.batch_size" = { choices = [0, 8] }', 'tune.space."train.batch_size"', "value 0 refused"),
+        ('"train.batch_size" = { low = 4.0, high = 64.0 }', 'tune.space."train.batch_size"', "refused"),
+        ('"output.dir" = { choices = ["a", "b"] }', 'tune.space."output.dir"', "cannot be searched"),
+        ('"task" = { choices = ["ner"] }', 'tune.space."task"', "cannot be searched"),
+        ('"train.epochs" = { low = 3, high = 1 }', 'tune.space."train.epochs"', "must be below high"),
+        ('"train.weight_decay" = { low = 0.0, high = 0.1, log = true }', 'tune.space."train.weight_decay"', "low > 0"),
+        ('"train.warmup" = { low = 0.0, high = 0.2, lg = true }', 'tune.space."train.warmup".lg', "did you mean 'log'"),
+        ('"options.text_colum" = { choices = ["text"] }', 'tune.space."options.text_colum"', "unknown key"),
+    ],
+)
 def test_tune_table_problems_name_the_key_path(tmp_path, host, space, where, says):
     path = recipe(tmp_path, extra=space)
     with pytest.raises(RecipeError) as caught:
@@ -136,8 +150,9 @@ def test_study_results_best_toml_reproduces_and_rerun_adds_only_missing(tmp_path
     best_metrics = json.loads((best_run / "metrics.json").read_text(encoding="utf-8"))["validation"]
     best_toml = (folder / "best.toml").read_text(encoding="utf-8")
     assert "[tune" not in best_toml and 'dir = "runs"' in best_toml
-    code, out, err = run_cli("run", folder / "best.toml", "--no-progress", "--set", f"output.dir={tmp_path / 'again'}",
-                             host=host)
+    code, out, err = run_cli(
+        "run", folder / "best.toml", "--no-progress", "--set", f"output.dir={tmp_path / 'again'}", host=host
+    )
     assert code == 0, err
     (again,) = (tmp_path / "again" / "cls").iterdir()
     metrics = json.loads((again / "metrics.json").read_text(encoding="utf-8"))["validation"]
@@ -153,7 +168,9 @@ def test_study_results_best_toml_reproduces_and_rerun_adds_only_missing(tmp_path
 def test_a_failing_trial_is_recorded_and_the_study_goes_on(tmp_path, host):
     # adamw_8bit passes `validate` but the run's machine check refuses it on CPU (no bitsandbytes):
     # with tune.seed 2 the first trial draws it, the next two do not.
-    path = recipe(tmp_path, trials=3, seed=2, extra='"optimize.optimizer" = { choices = ["adamw_torch", "adamw_8bit"] }')
+    path = recipe(
+        tmp_path, trials=3, seed=2, extra='"optimize.optimizer" = { choices = ["adamw_torch", "adamw_8bit"] }'
+    )
     code, out, err = run_cli("tune", path, *sets(tmp_path), host=host)
     assert code == 0, err
     states = trial_states(study(tmp_path))
@@ -189,8 +206,9 @@ def test_the_pruning_plugin_reports_and_stops_training(tmp_path, host):
 def test_a_killed_study_resumes_to_its_trials(tmp_path):
     path = recipe(tmp_path, trials=2)
     command = [sys.executable, "-m", "nlptasks", "-q", "tune", str(path), *sets(tmp_path)]
-    proc = subprocess.Popen(command, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     first = study(tmp_path) / "trials" / "trial-0"
     wait_for(first.exists, proc, poll_s=0.2)
     proc.send_signal(signal.SIGKILL)

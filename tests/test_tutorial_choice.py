@@ -44,11 +44,22 @@ QUICK = (MODEL, "data.max_train_rows=400", "data.max_eval_rows=100", "train.epoc
 QUICK_ACCURACY_FLOOR = 0.35
 FAST = (MODEL, "data.max_train_rows=32", "data.max_eval_rows=24", "train.max_steps=4")
 EVAL_ROWS = ("--set", "data.max_eval_rows=24")  # eval reads the file as the FAST run's test split was read
-TINY_RUN = (MODEL, "data.max_train_rows=16", "data.max_eval_rows=8", "train.max_steps=2", "train.eval_strategy=no",
-            "train.keep_best=false")
+TINY_RUN = (
+    MODEL,
+    "data.max_train_rows=16",
+    "data.max_eval_rows=8",
+    "train.max_steps=2",
+    "train.eval_strategy=no",
+    "train.keep_best=false",
+)
 TIMINGS = {"runtime", "samples_per_second", "steps_per_second", "epoch"}
-HUNGRY = ["I am feeling hungry. I think I will", "call my mother.", "have some ravioli.", "fly out the window.",
-          "go on a run outside."]
+HUNGRY = [
+    "I am feeling hungry. I think I will",
+    "call my mother.",
+    "have some ravioli.",
+    "fly out the window.",
+    "go on a run outside.",
+]
 
 
 def sets(*overrides: str) -> list[str]:
@@ -86,10 +97,14 @@ def csv_rows(n: int) -> list[dict]:
 
 def test_candidates_come_from_a_list_or_from_numbered_columns():
     opts = ChoiceOptions()
-    assert numbered_columns(["id", "choices1", "choices0", "choices10", "context"], "choices") == ["choices0", "choices1"]
+    assert numbered_columns(["id", "choices1", "choices0", "choices10", "context"], "choices") == [
+        "choices0",
+        "choices1",
+    ]
     assert candidates({"choices": ["a", "b"]}, opts, []) == ["a", "b"]
-    assert candidates({"choices0": "a", "choices1": "b", "choices2": ""}, opts, ["choices0", "choices1", "choices2"]) \
-        == ["a", "b"]  # a csv row with fewer candidates: its last cells are empty
+    assert candidates(
+        {"choices0": "a", "choices1": "b", "choices2": ""}, opts, ["choices0", "choices1", "choices2"]
+    ) == ["a", "b"]  # a csv row with fewer candidates: its last cells are empty
     assert candidates({"choices": "a|b"}, opts, []) == "choices is not a list (got 'a|b')"
     assert [label_index(v) for v in (2, "3", " 1 ", 2.0, "x", True, None, 1.5)] == [2, 3, 1, 2, None, None, None, None]
 
@@ -100,7 +115,10 @@ def test_candidates_come_from_a_list_or_from_numbered_columns():
         ({"context": "c", "choices": ["a", "b", "c"], "label": 0}, "3 candidates, but the data has 4 per row"),
         ({"context": "c", "choices": ["a", "b", " ", "d"], "label": 0}, "candidate 2 is empty"),
         ({"context": " ", "choices": ["a", "b", "c", "d"], "label": 0}, "empty context"),
-        ({"context": "c", "choices": ["a", "b", "c", "d"], "label": 4}, "label 4 is out of range: the candidates are 0..3"),
+        (
+            {"context": "c", "choices": ["a", "b", "c", "d"], "label": 4},
+            "label 4 is out of range: the candidates are 0..3",
+        ),
         ({"context": "c", "choices": ["a", "b", "c", "d"], "label": "B"}, "label 'B' is not a candidate index"),
         ({"context": "c", "choices": ["a", "b", "c", "d"], "label": "3"}, None),
     ],
@@ -119,7 +137,13 @@ def test_a_bad_row_is_an_error_naming_the_file_and_row(host, tmp_path):
     rows[9] = json.dumps(wrong_label)
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    bad_file = (MODEL, "data.max_train_rows=16", "train.max_steps=2", f"data.validation={path}", f"output.dir={tmp_path}")
+    bad_file = (
+        MODEL,
+        "data.max_train_rows=16",
+        "train.max_steps=2",
+        f"data.validation={path}",
+        f"output.dir={tmp_path}",
+    )
     code, _, err = run_cli("run", RECIPE, *sets(*bad_file), host=host)
     assert code == 2 and f"{path}:5: 3 candidates, but the data has 4 per row" in err
     rows[4] = json.dumps({**bad, "choices": [*bad["choices"], "a fourth"]})
@@ -151,8 +175,9 @@ def test_the_quick_run_learns_above_chance(quick_run):
 
 def test_eval_of_the_test_file_equals_the_runs_test_metrics(fast_run, host, tmp_path):
     out = tmp_path / "eval"
-    code, stdout, err = run_cli("eval", fast_run.output_dir, "--data", DATA / "test.csv", "--output", out,
-                                *EVAL_ROWS, host=host)
+    code, stdout, err = run_cli(
+        "eval", fast_run.output_dir, "--data", DATA / "test.csv", "--output", out, *EVAL_ROWS, host=host
+    )
     assert code == 0, err
     got = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     expected = {k: v for k, v in fast_run.metrics["test"].items() if k not in TIMINGS}
@@ -227,9 +252,13 @@ def test_serve_answers_what_the_predictor_answers(fast_run, host):
     from nlptasks.serve.models import load_models
     from nlptasks.serve.state import ServerState, ServeSettings
 
-    requests = [HUNGRY,  # N + 1 consecutive texts: one input
-                ["\t".join(HUNGRY), {"context": "The cake is in the oven. It", "choices": ["bakes.", "sings.", "runs.",
-                                                                                         "flies."]}]]
+    requests = [
+        HUNGRY,  # N + 1 consecutive texts: one input
+        [
+            "\t".join(HUNGRY),
+            {"context": "The cake is in the oven. It", "choices": ["bakes.", "sings.", "runs.", "flies."]},
+        ],
+    ]
     with using_host(host):
         state = ServerState(load_models([fast_run.output_dir], ["choice"]), ServeSettings())
         expected = [nlptasks.load(fast_run.output_dir)(inputs) for inputs in requests]
@@ -248,8 +277,9 @@ def test_serve_answers_what_the_predictor_answers(fast_run, host):
 
 
 def test_inspect_batch_shows_each_candidate_and_the_label(host):
-    code, out, err = run_cli("inspect-batch", RECIPE, "--rows", "1",
-                             *sets(MODEL, "data.max_train_rows=8", "data.max_eval_rows=8"), host=host)
+    code, out, err = run_cli(
+        "inspect-batch", RECIPE, "--rows", "1", *sets(MODEL, "data.max_train_rows=8", "data.max_eval_rows=8"), host=host
+    )
     assert code == 0, err
     assert "labels: labels (example)" in out
     assert "in 4 sequences" in out  # the example's candidates, each shown token by token
@@ -319,10 +349,23 @@ def test_tune_runs_two_trials(host, tmp_path):
     pytest.importorskip("optuna")
     text = RECIPE.read_text(encoding="utf-8").replace('"data/', f'"{DATA}/')
     study = tmp_path / "study.toml"
-    study.write_text(text + '\n[tune]\ntrials = 2\nseed = 42\n\n[tune.space]\n'
-                     '"train.learning_rate" = { low = 1e-5, high = 1e-4, log = true }\n', encoding="utf-8")
-    code, out, err = run_cli("tune", study, *sets(*TINY_RUN[:3], "train.max_steps=2", "train.eval_strategy=steps",
-                                                   "train.eval_steps=2", f"output.dir={tmp_path / 'runs'}"), host=host)
+    study.write_text(
+        text + "\n[tune]\ntrials = 2\nseed = 42\n\n[tune.space]\n"
+        '"train.learning_rate" = { low = 1e-5, high = 1e-4, log = true }\n',
+        encoding="utf-8",
+    )
+    code, out, err = run_cli(
+        "tune",
+        study,
+        *sets(
+            *TINY_RUN[:3],
+            "train.max_steps=2",
+            "train.eval_strategy=steps",
+            "train.eval_steps=2",
+            f"output.dir={tmp_path / 'runs'}",
+        ),
+        host=host,
+    )
     assert code == 0, err
     folder = tmp_path / "runs" / "choice" / "tune-study"
     assert sorted(p.name for p in (folder / "trials").iterdir()) == ["trial-0", "trial-1"]

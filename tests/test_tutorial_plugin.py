@@ -31,7 +31,6 @@ DIST = "nlptasks-multilabel"
 LABELS = ["价格", "位置", "卫生", "早餐", "服务"]
 
 
-
 def _env(site: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     for var in ("NLPTASKS_PLUGINS", "NLPTASKS_BLOCK_PLUGINS", "NLPTASKS_TRACE"):
@@ -45,8 +44,9 @@ def _env(site: Path | None = None) -> dict[str, str]:
     return env
 
 
-def _python(*args: str, cwd: Path | None = None, check: bool = True, site: Path | None = None
-            ) -> subprocess.CompletedProcess[str]:
+def _python(
+    *args: str, cwd: Path | None = None, check: bool = True, site: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     proc = run_process([sys.executable, *args], cwd=cwd, env=_env(site), encoding="utf-8")
     if check:
         assert proc.returncode == 0, f"{' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
@@ -61,8 +61,19 @@ def site(tmp_path_factory) -> Path:
         pytest.skip(f"no pip in {sys.executable}'s environment: cannot install the tutorial packages")
     target = tmp_path_factory.mktemp("site")
     for package in (PACKAGE, QA_PACKAGE):
-        _python("-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                "--no-build-isolation", "--no-index", "--target", str(target), str(package))
+        _python(
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(package),
+        )
     assert (target / "nlptasks_multilabel").is_dir() and (target / "nlptasks_qa").is_dir()
     return target
 
@@ -95,8 +106,17 @@ def test_installed_multilabel_trains_and_infers(site, tmp_path):
     example test below)."""
     runs = tmp_path / "runs"
     proc = _nlptasks(
-        "run", str(RECIPE), "--no-progress", "--set", "train.epochs=1", "--set", f"output.dir={runs}",
-        "--set", "output.run_name=t", cwd=tmp_path, site=site,
+        "run",
+        str(RECIPE),
+        "--no-progress",
+        "--set",
+        "train.epochs=1",
+        "--set",
+        f"output.dir={runs}",
+        "--set",
+        "output.run_name=t",
+        cwd=tmp_path,
+        site=site,
     )
     assert "f1_micro" in proc.stdout
     run_dir = runs / "multilabel" / "t"
@@ -127,8 +147,16 @@ def test_installed_multilabel_trains_and_infers(site, tmp_path):
     # nlptasks eval: a third-party task scored on its test file gives back the run's test metrics,
     # and its own errors hook lists the wrong rows.
     out_dir = tmp_path / "eval"
-    _nlptasks("eval", str(run_dir), "--data", str(PACKAGE / "data" / "test.jsonl"), "--output", str(out_dir),
-              cwd=tmp_path, site=site)
+    _nlptasks(
+        "eval",
+        str(run_dir),
+        "--data",
+        str(PACKAGE / "data" / "test.jsonl"),
+        "--output",
+        str(out_dir),
+        cwd=tmp_path,
+        site=site,
+    )
     scored = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
     for key in ("f1_macro", "exact_match", "loss"):
         assert scored["test"][key] == pytest.approx(metrics["test"][key], rel=1e-5), key
@@ -238,11 +266,11 @@ def test_guide_timer_plugin_wraps_a_run(host, tmp_path, monkeypatch, caplog):
     host.register(nlptasks_timer, name="timer")
     info = next(i for i in host.infos() if i.name == "timer")
     assert info.tasks == [] and set(info.hooks) == {
-        "nlptasks_preprocess", "nlptasks_training_arguments", "nlptasks_train"
+        "nlptasks_preprocess",
+        "nlptasks_training_arguments",
+        "nlptasks_train",
     }
-    loaded = load_recipe(
-        RECIPE, [*TINY, "train.epochs=1", f"output.dir={tmp_path / 'runs'}"], host=host
-    )
+    loaded = load_recipe(RECIPE, [*TINY, "train.epochs=1", f"output.dir={tmp_path / 'runs'}"], host=host)
     with caplog.at_level("INFO", logger="nlptasks"):
         result = run(loaded, host=host, progress=False)
     manifest = json.loads((result.output_dir / "nlptasks.json").read_text(encoding="utf-8"))
@@ -270,8 +298,14 @@ def test_multilabel_peft_methods_train_or_are_refused_by_validate(method, host, 
     adapter on its base), or is refused by validate with the reason; lora merges."""
     from nlptasks.testing import run_cli
 
-    sets = [*TINY, f"peft.method={method}", "train.max_steps=2", "peft.num_virtual_tokens=4"
-            if method in ("prompt", "p_tuning", "prefix") else "peft.target_modules=['query', 'value']"]  # ia3: no default feed-forward among them
+    sets = [
+        *TINY,
+        f"peft.method={method}",
+        "train.max_steps=2",
+        "peft.num_virtual_tokens=4"
+        if method in ("prompt", "p_tuning", "prefix")
+        else "peft.target_modules=['query', 'value']",
+    ]  # ia3: no default feed-forward among them
     if method == "prefix":
         code, _, err = run_cli("validate", RECIPE, *[a for s in sets for a in ("--set", s)], host=host)
         assert code == 2 and "peft.method: 'prefix' does not work for task 'multilabel' (SEQ_CLS)" in err

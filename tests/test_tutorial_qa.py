@@ -77,8 +77,9 @@ def test_answer_positions_point_at_the_answer_in_every_window_that_holds_it():
 def test_best_span_is_the_best_over_all_windows():
     import numpy as np
 
-    windows = Windows({}, [0, 0, 1], [[None, (0, 1), (1, 2), (2, 3)], [None, (2, 3), (3, 4), (4, 5)],
-                                      [None, (0, 2), (2, 4), None]])
+    windows = Windows(
+        {}, [0, 0, 1], [[None, (0, 1), (1, 2), (2, 3)], [None, (2, 3), (3, 4), (4, 5)], [None, (0, 2), (2, 4), None]]
+    )
     start = [np.array([9.0, 1, 0, 0]), np.array([0.0, 0, 5, 0]), np.array([0.0, 2, 0, 9])]
     end = [np.array([9.0, 0, 1, 0]), np.array([0.0, 0, 0, 4]), np.array([0.0, 0, 1, 0])]
     spans = best_spans(windows, start, end, 2, max_answer_tokens=3)
@@ -139,8 +140,18 @@ def test_the_run_says_how_to_use_it(quick_run):
 
 
 def test_the_cli_prints_a_command_that_works(host, tmp_path):
-    code, out, err = run_cli("run", RECIPE, "--no-progress", "--set", "train.max_steps=2", "--set",
-                             f"output.dir={tmp_path}", "--set", "output.run_name=r", host=host)
+    code, out, err = run_cli(
+        "run",
+        RECIPE,
+        "--no-progress",
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        f"output.dir={tmp_path}",
+        "--set",
+        "output.run_name=r",
+        host=host,
+    )
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("try: nlptasks infer --model "))
     import shlex
@@ -172,7 +183,9 @@ def test_an_onnx_export_is_evaluated_as_its_run_is(quick_run, host, tmp_path):
     torch_figures, onnx_figures = figures
     assert {"exact_match", "f1", "loss"} <= set(onnx_figures)
     assert onnx_figures == pytest.approx(torch_figures, abs=1e-4)
-    rows = [json.loads(line) for line in (PACKAGE / "data" / "test.jsonl").read_text(encoding="utf-8").splitlines()[:12]]
+    rows = [
+        json.loads(line) for line in (PACKAGE / "data" / "test.jsonl").read_text(encoding="utf-8").splitlines()[:12]
+    ]
     with using_host(host):
         ours = nlptasks.load(quick_run.output_dir)(rows)
         theirs = nlptasks.load(export)(rows)
@@ -190,8 +203,9 @@ def test_an_answer_not_in_its_context_names_the_file_and_row(host, tmp_path):
     rows[6] = json.dumps(bad, ensure_ascii=False)
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    code, _, err = run_cli("run", RECIPE, "--set", f"data.validation={path}", "--set", f"output.dir={tmp_path}",
-                           host=host)
+    code, _, err = run_cli(
+        "run", RECIPE, "--set", f"data.validation={path}", "--set", f"output.dir={tmp_path}", host=host
+    )
     assert code == 2 and f"{path}:7: the answer is not in the context" in err and "options.bad_rows=skip" in err
     code, out, _ = run_cli("check", RECIPE, "--set", f"data.validation={path}", host=host)
     assert code == 1 and "[answer-missing]" in out and "(rows 7)" in out
@@ -211,14 +225,31 @@ def test_inspect_batch_shows_the_answer_positions(host):
 
 @pytest.mark.parametrize("method", ["lora", "ia3", "prefix", "p_tuning", "prompt"])
 def test_peft_methods_train_or_are_refused_by_validate(method, host, tmp_path):
-    sets = ["--set", f"peft.method={method}", "--set", "train.max_steps=2", "--set", "data.max_train_rows=16",
-            "--set", "data.max_eval_rows=8"]
+    sets = [
+        "--set",
+        f"peft.method={method}",
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "data.max_train_rows=16",
+        "--set",
+        "data.max_eval_rows=8",
+    ]
     code, out, err = run_cli("validate", RECIPE, *sets, host=host)
     reason = host.task("qa").peft_reason(nlptasks_qa.QaOptions(), method)
     if method in ("lora", "ia3"):
         assert reason is None and code == 0, err
-        code, out, err = run_cli("run", RECIPE, "--no-progress", *sets, "--set", f"output.dir={tmp_path}",
-                                 "--set", "output.run_name=a", host=host)
+        code, out, err = run_cli(
+            "run",
+            RECIPE,
+            "--no-progress",
+            *sets,
+            "--set",
+            f"output.dir={tmp_path}",
+            "--set",
+            "output.run_name=a",
+            host=host,
+        )
         assert code == 0, err
         run_dir = tmp_path / "qa" / "a"
         code, out, err = run_cli("export", run_dir, "--merge", tmp_path / "merged", host=host)

@@ -29,10 +29,17 @@ def attribute_docs(obj: Any) -> dict[str, str]:
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else tree.body
     docs: dict[str, str] = {}
     for node, after in zip(body, body[1:], strict=False):
-        target = node.target if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
-        if isinstance(target, ast.Name) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
-                and isinstance(after.value.value, str):
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+        )
+        if (
+            isinstance(target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             docs[target.id] = inspect.cleandoc(after.value.value)
     return docs
 
@@ -42,23 +49,45 @@ def _class_section(name: str, cls: type, links: dict[str, str]) -> list[str]:
     if dataclasses.is_dataclass(cls):
         fields = [f for f in dataclasses.fields(cls) if f.name != "plugin"]
         out += ["```python", f"@dataclass\nclass {name}:"]
-        out += [f"    {f.name}: {f.type}" + ("" if f.default is dataclasses.MISSING and
-                                             f.default_factory is dataclasses.MISSING else " = ...") for f in fields]
+        out += [
+            f"    {f.name}: {f.type}"
+            + ("" if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING else " = ...")
+            for f in fields
+        ]
         out += ["```", ""]
     else:
-        out += ["```python", f"class {name}{'(Protocol)' if getattr(cls, '_is_protocol', False) else ''}: ...", "```", ""]
+        out += [
+            "```python",
+            f"class {name}{'(Protocol)' if getattr(cls, '_is_protocol', False) else ''}: ...",
+            "```",
+            "",
+        ]
     out.append(rst_to_md(cls.__doc__ or "", level=4, links=links))
     docs = attribute_docs(cls)
     if dataclasses.is_dataclass(cls) and docs:
         out += ["| field | what |", "| --- | --- |"]
-        out += [f"| `{f.name}` | {_cell(inline(docs.get(f.name, '').replace(chr(10), ' '), links))} |"
-                for f in dataclasses.fields(cls) if f.name in docs]
+        out += [
+            f"| `{f.name}` | {_cell(inline(docs.get(f.name, '').replace(chr(10), ' '), links))} |"
+            for f in dataclasses.fields(cls)
+            if f.name in docs
+        ]
         out.append("")
-    methods = [(m, fn) for m, fn in vars(cls).items() if inspect.isfunction(fn) and not m.startswith("_")
-               and (fn.__doc__ or "").strip()]
+    methods = [
+        (m, fn)
+        for m, fn in vars(cls).items()
+        if inspect.isfunction(fn) and not m.startswith("_") and (fn.__doc__ or "").strip()
+    ]
     for method, fn in methods:
-        out += [f"#### `{name}.{method}`", "", "```python", signature_text(method, fn), "```", "",
-                rst_to_md(fn.__doc__ or "", level=5, links=links), ""]
+        out += [
+            f"#### `{name}.{method}`",
+            "",
+            "```python",
+            signature_text(method, fn),
+            "```",
+            "",
+            rst_to_md(fn.__doc__ or "", level=5, links=links),
+            "",
+        ]
     return out
 
 
@@ -80,11 +109,21 @@ def generate() -> str:
             if inspect.isclass(value):
                 out += _class_section(name, value, links)
             elif inspect.isfunction(value):
-                out += [f"### `{name}`", "", "```python", signature_text(name, value), "```", "",
-                        rst_to_md(value.__doc__ or "", level=4, links=links), ""]
+                out += [
+                    f"### `{name}`",
+                    "",
+                    "```python",
+                    signature_text(name, value),
+                    "```",
+                    "",
+                    rst_to_md(value.__doc__ or "", level=4, links=links),
+                    "",
+                ]
             else:  # a constant or a marker: its assignment and the docstring written under it
                 home = _home(name)
-                shown = f'pluggy.HookimplMarker("{value.project_name}")' if hasattr(value, "project_name") else repr(value)
+                shown = (
+                    f'pluggy.HookimplMarker("{value.project_name}")' if hasattr(value, "project_name") else repr(value)
+                )
                 out += [f"### `{name}`", "", "```python", f"{name} = {shown}", "```", ""]
                 doc = attribute_docs(home).get(name, "") if home is not None else ""
                 if doc:

@@ -534,7 +534,7 @@ def gen_recipes() -> str:
         "`nlptasks run` and `nlptasks validate` take `--set KEY=VALUE` (repeatable). `KEY` is the",
         "dotted path of a key (`train.learning_rate`, `model.scratch.layers`, `options.labels`);",
         "tables on the way are created when missing. `VALUE` is read as a TOML value: numbers,",
-        "`true`/`false`, `[arrays]`, `{ inline = \"tables\" }` and `\"quoted strings\"`; anything that",
+        '`true`/`false`, `[arrays]`, `{ inline = "tables" }` and `"quoted strings"`; anything that',
         "is not valid TOML is taken as a plain string. Overrides are applied before validation, so",
         "a bad key or value is reported like one in the file. A string that would read as",
         "another TOML value (`2024`, `true`) needs TOML quotes, and those need shell quotes:",
@@ -546,20 +546,16 @@ def gen_recipes() -> str:
         parts, value = parse_override(item)
         kind = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}
         shell = f"--set {shlex.quote(item)}"
-        out.append(
-            f"| `{_cell(shell)}` | `{'.'.join(parts)}` | `{_cell(_toml(value))}` ({kind[type(value)]}) |"
-        )
+        out.append(f"| `{_cell(shell)}` | `{'.'.join(parts)}` | `{_cell(_toml(value))}` ({kind[type(value)]}) |")
     out += [
         "",
         "```sh",
-        "nlptasks run recipes/cls.toml --set train.epochs=1 --set 'options.labels=[\"负面\", \"正面\"]'",
+        'nlptasks run recipes/cls.toml --set train.epochs=1 --set \'options.labels=["负面", "正面"]\'',
         "```",
         "",
         "## Relative paths",
         "",
-        "- In the recipe file, the data files ("
-        + ", ".join(f"`{k}`" for k in PATH_KEYS)
-        + ")",
+        "- In the recipe file, the data files (" + ", ".join(f"`{k}`" for k in PATH_KEYS) + ")",
         "  and a local `model.name_or_path` are relative to the **recipe file**, so a recipe works",
         "  from any directory.",
         "- Given with `--set`, they are relative to the **current directory**, like any",
@@ -612,21 +608,30 @@ def gen_cli() -> str:
     from nlptasks.cli import build_parser
 
     parser = build_parser()
-    out = [header("nlptasks/cli/, nlptasks/host.py, nlptasks/serve/ and the engine's environment variables"), "# Command-line reference", ""]
+    out = [
+        header("nlptasks/cli/, nlptasks/host.py, nlptasks/serve/ and the engine's environment variables"),
+        "# Command-line reference",
+        "",
+    ]
     out += [
         "Everything `nlptasks` does is one of the subcommands below. Each section is the command's",
         "`--help` output.",
         "",
     ]
+
     def nested(prefix: str, p: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
         yield prefix, p
         for n, sub in subparsers(p):  # commands with commands of their own: `nlptasks bench ladder`
             yield from nested(f"{prefix} {n}", sub)
 
     commands = list(nested("nlptasks", parser))
-    for title, p in commands:
+    for title, _ in commands:
         out.append(f"- [`{title}`]({_anchor(title)})")
-    out += [f"- [Exit codes]({_anchor('Exit codes')})", f"- [Environment variables]({_anchor('Environment variables')})", ""]
+    out += [
+        f"- [Exit codes]({_anchor('Exit codes')})",
+        f"- [Environment variables]({_anchor('Environment variables')})",
+        "",
+    ]
     for title, p in commands:
         out += [f"## `{title}`", "", "```text", *p.format_help().rstrip("\n").splitlines(), "```", ""]
     out += ["## Exit codes", "", "| Code | Meaning |", "| --- | --- |"]
@@ -741,10 +746,9 @@ def floors_block() -> str:
         a, b = imports.layer_of(imp.source), imports.layer_of(imp.target)
         if a != b:
             edges[(a, b)] = edges.get((a, b), 0) + 1
-    out += ["", "Which floor imports which, every arrow pointing down:", "", "```mermaid",
-            "flowchart TD"]
+    out += ["", "Which floor imports which, every arrow pointing down:", "", "```mermaid", "flowchart TD"]
     for index, (name, _) in enumerate(imports.LAYERS):
-        out.append(f"    F{index}[\"{index} {name}\"]")
+        out.append(f'    F{index}["{index} {name}"]')
     for a, b in sorted(edges, key=lambda edge: (-edge[0], -edge[1])):
         out.append(f"    F{a} --> F{b}")
     out += ["```", FLOORS_END]

@@ -183,7 +183,8 @@ def skipped_floors(graph: Graph) -> list[Import]:
     for imp in graph.imports:
         for source, targets in SKIPS.items():
             if (imp.source == source or imp.source.startswith(source + ".")) and any(
-                    imp.target == t or imp.target.startswith(t + ".") for t in targets):
+                imp.target == t or imp.target.startswith(t + ".") for t in targets
+            ):
                 bad.append(imp)
     return bad
 
@@ -267,18 +268,25 @@ def main() -> int:
     for i, (name, prefixes) in enumerate(LAYERS):
         print(f"  floor {i:2d} {name}: {', '.join(prefixes)}")
     bad = _print("import circles", circles(graph))
-    bad += _print("imports from a lower floor to a higher one",
-                  (f"{i.source}:{i.line} -> {i.target}" for i in upward(graph)))
+    bad += _print(
+        "imports from a lower floor to a higher one", (f"{i.source}:{i.line} -> {i.target}" for i in upward(graph))
+    )
     for floor, rooms in ROOMS.items():
         print(f"  rooms of {floor}: {' < '.join(name for name, _ in rooms)}")
-    bad += _print("imports from a lower room to a higher one",
-                  (f"{i.source}:{i.line} -> {i.target}" for i in upward_rooms(graph)))
-    bad += _print("imports past the floors in between",
-                  (f"{i.source}:{i.line} -> {i.target}" for i in skipped_floors(graph)))
-    bad += _print("imports of another module's private name",
-                  (f"{i.source}:{i.line} -> {i.target} {i.names}" for i in private_names(graph)))
-    bad += _print("eager imports in package __init__ files",
-                  (f"{i.source}:{i.line} -> {i.target}" for i in eager_package_imports(graph)))
+    bad += _print(
+        "imports from a lower room to a higher one", (f"{i.source}:{i.line} -> {i.target}" for i in upward_rooms(graph))
+    )
+    bad += _print(
+        "imports past the floors in between", (f"{i.source}:{i.line} -> {i.target}" for i in skipped_floors(graph))
+    )
+    bad += _print(
+        "imports of another module's private name",
+        (f"{i.source}:{i.line} -> {i.target} {i.names}" for i in private_names(graph)),
+    )
+    bad += _print(
+        "eager imports in package __init__ files",
+        (f"{i.source}:{i.line} -> {i.target}" for i in eager_package_imports(graph)),
+    )
     return 1 if bad else 0
 
 

@@ -39,7 +39,7 @@ __all__ = ["add_recipe_arguments", "build_parser", "main"]
 
 EXAMPLES = """\
 examples:
-  nlptasks run recipes/cls.toml                      train the quickstart (under a minute on CPU) 
+  nlptasks run recipes/cls.toml                      train the quickstart (under a minute on CPU)
   nlptasks run recipes/cls.toml --set train.epochs=1 override a recipe key
   nlptasks run recipes/cls.toml --resume             continue the run a crash interrupted
   nlptasks infer --task cls "服务很好"                label a text with the latest cls run
@@ -60,8 +60,23 @@ examples:
 """
 
 
-COMMANDS = (run, validate, check, infer, evaluate, compare, inspect_batch, add_adapter, export, serve, plan, bench,
-            tune, plugins, schema)
+COMMANDS = (
+    run,
+    validate,
+    check,
+    infer,
+    evaluate,
+    compare,
+    inspect_batch,
+    add_adapter,
+    export,
+    serve,
+    plan,
+    bench,
+    tune,
+    plugins,
+    schema,
+)
 """The command modules, in the order ``nlptasks --help`` lists them."""
 
 
@@ -79,7 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         command.register(sub)
     return parser
-
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -145,8 +159,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
 
 
 if __name__ == "__main__":  # pragma: no cover

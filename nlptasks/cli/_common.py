@@ -22,8 +22,14 @@ __all__ = [
 def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     """The RECIPE argument and the repeatable ``--set KEY=VALUE`` of the commands that read a recipe."""
     p.add_argument("recipe", help="recipe file (TOML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key (repeatable)",
+    )
 
 
 LOAD_FLAGS = ("precision", "backend", "device", "adapter", "base_only", "batch_size", "max_length", "threads")
@@ -36,28 +42,48 @@ def add_load_arguments(p: Any, *flags: str) -> None:
     unknown = set(flags) - set(LOAD_FLAGS)
     assert not unknown, unknown
     if "precision" in flags:
-        p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
-                       help="inference dtype: auto = bf16 on a CUDA GPU that supports it, else fp32 (default: auto); "
-                            "bf16 also runs on a CPU with native bf16 (AVX-512 BF16 or AMX), about twice as fast")
+        p.add_argument(
+            "--precision",
+            choices=("auto", "fp32", "bf16"),
+            default="auto",
+            help="inference dtype: auto = bf16 on a CUDA GPU that supports it, else fp32 (default: auto); "
+            "bf16 also runs on a CPU with native bf16 (AVX-512 BF16 or AMX), about twice as fast",
+        )
     if "backend" in flags:
-        p.add_argument("--backend", default="auto", metavar="NAME",
-                       help="runtime that loads the run: auto (default: ONNX Runtime for a folder made by `nlptasks "
-                            "export --onnx`, else torch), torch, onnx, or a backend a plugin adds (`nlptasks plugins`); "
-                            "a named backend insists (an error when the folder is another backend's)")
+        p.add_argument(
+            "--backend",
+            default="auto",
+            metavar="NAME",
+            help="runtime that loads the run: auto (default: ONNX Runtime for a folder made by `nlptasks "
+            "export --onnx`, else torch), torch, onnx, or a backend a plugin adds (`nlptasks plugins`); "
+            "a named backend insists (an error when the folder is another backend's)",
+        )
     if "device" in flags:
-        p.add_argument("--device", default="auto", metavar="DEVICE",
-                       help="auto (default: a CUDA GPU when there is one), cpu, cuda or cuda:N")
+        p.add_argument(
+            "--device",
+            default="auto",
+            metavar="DEVICE",
+            help="auto (default: a CUDA GPU when there is one), cpu, cuda or cuda:N",
+        )
     if "threads" in flags:
-        p.add_argument("--threads", type=int, metavar="N",
-                       help="intra-op threads of a backend with its own thread pool (ONNX Runtime; default: "
-                            "$NLPTASKS_ONNX_THREADS, else torch's thread count)")
+        p.add_argument(
+            "--threads",
+            type=int,
+            metavar="N",
+            help="intra-op threads of a backend with its own thread pool (ONNX Runtime; default: "
+            "$NLPTASKS_ONNX_THREADS, else torch's thread count)",
+        )
     if "adapter" in flags:
-        p.add_argument("--adapter", metavar="NAME",
-                       help="for a run trained with [peft]: the adapter to use (default: the run's own, 'default'; "
-                            "others are added with `nlptasks add-adapter`)")
+        p.add_argument(
+            "--adapter",
+            metavar="NAME",
+            help="for a run trained with [peft]: the adapter to use (default: the run's own, 'default'; "
+            "others are added with `nlptasks add-adapter`)",
+        )
     if "base_only" in flags:
-        p.add_argument("--base-only", action="store_true",
-                       help="for a run trained with [peft]: the frozen base alone, no adapter")
+        p.add_argument(
+            "--base-only", action="store_true", help="for a run trained with [peft]: the frozen base alone, no adapter"
+        )
 
 
 def load_options(args: argparse.Namespace, **given: Any) -> Any:
@@ -97,4 +123,3 @@ def check_positive(flag: str, value: int | None, least: int = 1) -> None:
         from nlptasks.errors import NlptasksError
 
         raise NlptasksError(f"{flag} must be at least {least}")
-

@@ -13,10 +13,13 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("add-adapter", help="add another run's adapter to a run with the same base",
-                       description="Copy the adapter of OTHER_RUN into RUN under NAME (RUN/adapters/NAME), after "
-                                   "checking that both were trained on the same base (task, labels, base model or "
-                                   "from-scratch weights, tokenizer). Then: nlptasks infer --model RUN --adapter NAME.")
+    p = sub.add_parser(
+        "add-adapter",
+        help="add another run's adapter to a run with the same base",
+        description="Copy the adapter of OTHER_RUN into RUN under NAME (RUN/adapters/NAME), after "
+        "checking that both were trained on the same base (task, labels, base model or "
+        "from-scratch weights, tokenizer). Then: nlptasks infer --model RUN --adapter NAME.",
+    )
     p.add_argument("run", type=Path, help="the run that keeps the base (trained with [peft])")
     p.add_argument("other", type=Path, metavar="OTHER_RUN", help="a run whose adapter to add (trained with [peft])")
     p.add_argument("--name", required=True, help="name of the added adapter (letters, digits, _ . -)")
@@ -34,5 +37,5 @@ def cmd(args: argparse.Namespace) -> int:
     manifest = add_adapter(args.run, args.other, args.name)
     names = ", ".join(manifest["peft"]["adapters"])
     print(f"added adapter {args.name!r} to {display(args.run)} (adapters: {names})")
-    print(f"try: nlptasks infer --model {display(args.run)} --adapter {args.name} \"...\"")
+    print(f'try: nlptasks infer --model {display(args.run)} --adapter {args.name} "..."')
     return 0

@@ -14,11 +14,14 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("check", help="the data doctor: find problems in a recipe's data before training",
-                       description="Load and split a recipe's data (tokenizer only: no model weights, no GPU) and "
-                                   "report label sets that differ between splits, class balance, empty and "
-                                   "duplicate rows, train/validation/test overlap, what model.max_length would "
-                                   "cut, and the task's own defects. Exits 1 when there are errors.")
+    p = sub.add_parser(
+        "check",
+        help="the data doctor: find problems in a recipe's data before training",
+        description="Load and split a recipe's data (tokenizer only: no model weights, no GPU) and "
+        "report label sets that differ between splits, class balance, empty and "
+        "duplicate rows, train/validation/test overlap, what model.max_length would "
+        "cut, and the task's own defects. Exits 1 when there are errors.",
+    )
     add_recipe_arguments(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
     p.set_defaults(func=cmd)

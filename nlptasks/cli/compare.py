@@ -11,10 +11,13 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("compare", help="compare finished runs: metrics, time, memory, recipe differences",
-                       description="Print one Markdown table of complete runs side by side: validation and test "
-                                   "metrics, wall time, training samples/s, peak memory, and the recipe keys whose "
-                                   "values differ. Refuses runs without a COMPLETE marker.")
+    p = sub.add_parser(
+        "compare",
+        help="compare finished runs: metrics, time, memory, recipe differences",
+        description="Print one Markdown table of complete runs side by side: validation and test "
+        "metrics, wall time, training samples/s, peak memory, and the recipe keys whose "
+        "values differ. Refuses runs without a COMPLETE marker.",
+    )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders (runs/<task>/<name>)")
     p.set_defaults(func=cmd)
 

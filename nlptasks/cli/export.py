@@ -14,31 +14,56 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("export", help="merge a run's LoRA/IA3 adapter, or export a run to ONNX (fp32 or int8)",
-                       description="--merge: merge a lora or ia3 adapter into the base weights and save a complete "
-                                   "run that loads with plain transformers, after checking that it predicts exactly "
-                                   "as the adapter did on inputs stored at training time.  --onnx: export an encoder "
-                                   "run (adapter runs merged first) to ONNX with dynamic batch and sequence axes, "
-                                   "optionally int8-quantized, as a run folder that `nlptasks infer` runs on ONNX "
-                                   "Runtime; the export compares its predictions with the torch run's on the run's "
-                                   "test file and writes the figures into the folder's card (docs/onnx.md).")
+    p = sub.add_parser(
+        "export",
+        help="merge a run's LoRA/IA3 adapter, or export a run to ONNX (fp32 or int8)",
+        description="--merge: merge a lora or ia3 adapter into the base weights and save a complete "
+        "run that loads with plain transformers, after checking that it predicts exactly "
+        "as the adapter did on inputs stored at training time.  --onnx: export an encoder "
+        "run (adapter runs merged first) to ONNX with dynamic batch and sequence axes, "
+        "optionally int8-quantized, as a run folder that `nlptasks infer` runs on ONNX "
+        "Runtime; the export compares its predictions with the torch run's on the run's "
+        "test file and writes the figures into the folder's card (docs/onnx.md).",
+    )
     p.add_argument("run", type=Path, help="run folder")
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--merge", type=Path, metavar="OUT", help="folder to write the merged run to")
-    target.add_argument("--onnx", type=Path, metavar="OUT", help="folder to write the ONNX export to "
-                        '(needs pip install "nlptasks[onnx]")')
+    target.add_argument(
+        "--onnx",
+        type=Path,
+        metavar="OUT",
+        help='folder to write the ONNX export to (needs pip install "nlptasks[onnx]")',
+    )
     p.add_argument("--adapter", metavar="NAME", help="the adapter to merge (default: the run's own)")
-    p.add_argument("--quantize", choices=("none", "int8"), default="none",
-                   help="with --onnx: int8 = dynamic quantization of the weights (smaller, faster on CPUs with "
-                        "VNNI; the accuracy change is measured); default: none (fp32, same predictions as torch)")
-    p.add_argument("--int8-weights", choices=("auto", "QInt8", "QUInt8"), default="auto",
-                   help="with --quantize int8: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
-                        "else QUInt8 (QInt8 saturates without VNNI). Choose for the machine that will serve it")
+    p.add_argument(
+        "--quantize",
+        choices=("none", "int8"),
+        default="none",
+        help="with --onnx: int8 = dynamic quantization of the weights (smaller, faster on CPUs with "
+        "VNNI; the accuracy change is measured); default: none (fp32, same predictions as torch)",
+    )
+    p.add_argument(
+        "--int8-weights",
+        choices=("auto", "QInt8", "QUInt8"),
+        default="auto",
+        help="with --quantize int8: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
+        "else QUInt8 (QInt8 saturates without VNNI). Choose for the machine that will serve it",
+    )
     p.add_argument("--opset", type=int, default=17, metavar="N", help="with --onnx: ONNX opset, 14 to 20 (default: 17)")
-    p.add_argument("--check-rows", type=int, default=2000, metavar="N",
-                   help="with --onnx: rows of the run's test file to compare torch and ONNX on (default: 2000; 0: none)")
-    p.add_argument("--max-drop", type=float, default=1.0, metavar="POINTS",
-                   help="with --onnx: warn when an accuracy on the test file drops by more than this (default: 1.0)")
+    p.add_argument(
+        "--check-rows",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="with --onnx: rows of the run's test file to compare torch and ONNX on (default: 2000; 0: none)",
+    )
+    p.add_argument(
+        "--max-drop",
+        type=float,
+        default=1.0,
+        metavar="POINTS",
+        help="with --onnx: warn when an accuracy on the test file drops by more than this (default: 1.0)",
+    )
     p.set_defaults(func=cmd)
 
 
@@ -63,7 +88,7 @@ def cmd(args: argparse.Namespace) -> int:
         f"merged {merged['method']} adapter {merged['adapter']!r} into {display(args.merge)}; "
         f"same predictions on {check['inputs']} stored inputs (largest difference {check['max_abs_diff']:.1e})"
     )
-    print(f"try: nlptasks infer --model {display(args.merge)} \"...\"")
+    print(f'try: nlptasks infer --model {display(args.merge)} "..."')
     return 0
 
 
@@ -72,20 +97,33 @@ def _onnx(args: argparse.Namespace) -> int:
 
     from nlptasks.pipeline.onnx import export_and_measure
 
-    manifest, warnings = export_and_measure(args.run, args.onnx, quantize=args.quantize, opset=args.opset,
-                                            adapter=args.adapter, rows=args.check_rows, max_drop=args.max_drop,
-                                            int8_weights=args.int8_weights)
+    manifest, warnings = export_and_measure(
+        args.run,
+        args.onnx,
+        quantize=args.quantize,
+        opset=args.opset,
+        adapter=args.adapter,
+        rows=args.check_rows,
+        max_drop=args.max_drop,
+        int8_weights=args.int8_weights,
+    )
     info = manifest["onnx"]
     size = info["sizes"].get("int8_bytes", info["sizes"]["fp32_bytes"])
-    print(f"exported {display(args.run)} to {display(args.onnx)}: {info['quantize']}, opset {info['opset']}, "
-          f"{size / 1e6:.2f} MB ({info['seconds']:.1f} s; graph check {info['check']['max_abs_diff']:.1e})")
+    print(
+        f"exported {display(args.run)} to {display(args.onnx)}: {info['quantize']}, opset {info['opset']}, "
+        f"{size / 1e6:.2f} MB ({info['seconds']:.1f} s; graph check {info['check']['max_abs_diff']:.1e})"
+    )
     measured = info.get("measured") or {}
     if measured.get("inputs"):
-        gold = "; ".join(f"{k} accuracy {v['torch']:.4f} → {v['onnx']:.4f} ({v['change_points']:+.2f} points)"
-                         for k, v in measured["gold"].items())
-        print(f"on {measured['inputs']} inputs of {measured['file']}: {measured['changed']} predictions differ from "
-              f"torch, scores by up to {measured['max_score_diff']:.1e}" + (f"; {gold}" if gold else ""))
+        gold = "; ".join(
+            f"{k} accuracy {v['torch']:.4f} → {v['onnx']:.4f} ({v['change_points']:+.2f} points)"
+            for k, v in measured["gold"].items()
+        )
+        print(
+            f"on {measured['inputs']} inputs of {measured['file']}: {measured['changed']} predictions differ from "
+            f"torch, scores by up to {measured['max_score_diff']:.1e}" + (f"; {gold}" if gold else "")
+        )
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"try: nlptasks infer --model {display(args.onnx)} \"...\"")
+    print(f'try: nlptasks infer --model {display(args.onnx)} "..."')
     return 0

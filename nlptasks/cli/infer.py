@@ -15,34 +15,66 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("infer", help="predict with a trained run",
-                       description="Predict with a trained run: one result per input, as JSON lines on stdout by "
-                                   "default. A --file (or stdin) of any size is streamed: read, predicted and written "
-                                   "in chunks, with bounded memory and a progress bar on stderr.")
+    p = sub.add_parser(
+        "infer",
+        help="predict with a trained run",
+        description="Predict with a trained run: one result per input, as JSON lines on stdout by "
+        "default. A --file (or stdin) of any size is streamed: read, predicted and written "
+        "in chunks, with bounded memory and a progress bar on stderr.",
+    )
     p.add_argument("texts", nargs="*", help="input texts (default: --file, or lines from stdin)")
     p.add_argument("--task", help="task whose latest complete run under --runs-dir to use, e.g. cls")
     p.add_argument("--model", type=Path, help="run directory to use (default: the latest run of --task)")
-    p.add_argument("--file", type=Path, help="inputs from a .txt (one per line), .csv, .tsv or .jsonl file (or a "
-                                             "format of the task: see --format)")
-    p.add_argument("-o", "--output", type=Path, metavar="FILE",
-                   help="write the results to FILE instead of stdout (FILE.csv: --format csv)")
+    p.add_argument(
+        "--file",
+        type=Path,
+        help="inputs from a .txt (one per line), .csv, .tsv or .jsonl file (or a format of the task: see --format)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the results to FILE instead of stdout (FILE.csv: --format csv)",
+    )
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are (default: ./runs)")
     p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default: 32)")
-    p.add_argument("--max-length", type=int, metavar="N",
-                   help="longest input in tokens (default: the run's model.max_length; tasks that window long "
-                        "inputs, e.g. ner, use it as the window)")
-    p.add_argument("--format", dest="fmt", metavar="FORMAT",
-                   help="output format: jsonl (default) or csv; or a format the task offers, read from --file "
-                        "(or stdin) and written out, e.g. conll for ner (a --file whose extension names a task "
-                        "format uses it)")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        metavar="N",
+        help="longest input in tokens (default: the run's model.max_length; tasks that window long "
+        "inputs, e.g. ner, use it as the window)",
+    )
+    p.add_argument(
+        "--format",
+        dest="fmt",
+        metavar="FORMAT",
+        help="output format: jsonl (default) or csv; or a format the task offers, read from --file "
+        "(or stdin) and written out, e.g. conll for ner (a --file whose extension names a task "
+        "format uses it)",
+    )
     add_load_arguments(p, "precision", "backend", "device", "threads")
-    p.add_argument("--chunk-rows", type=int, default=2048, metavar="N",
-                   help="inputs read, predicted and written at a time when streaming a file (default: 2048)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="progress bar (rows, rows/s) on stderr while streaming (default: when stderr is a terminal)")
-    p.add_argument("--candidates", type=Path, metavar="FILE",
-                   help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
-                        "whose predictor can rank (pair in bi-encoder mode)")
+    p.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=2048,
+        metavar="N",
+        help="inputs read, predicted and written at a time when streaming a file (default: 2048)",
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (rows, rows/s) on stderr while streaming (default: when stderr is a terminal)",
+    )
+    p.add_argument(
+        "--candidates",
+        type=Path,
+        metavar="FILE",
+        help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
+        "whose predictor can rank (pair in bi-encoder mode)",
+    )
     p.add_argument("--top-k", type=int, default=5, metavar="K", help="with --candidates: best K per input (default: 5)")
     add_load_arguments(p, "adapter", "base_only")
     g = p.add_argument_group("generation (tasks that generate text, e.g. sft)")
@@ -59,8 +91,11 @@ def cmd(args: argparse.Namespace) -> int:
         raise NlptasksError("give texts as arguments or --file, not both")
     if args.file is not None and not args.file.exists():
         raise DataError("file not found", path=str(args.file))
-    for flag, value, least in (("--batch-size", args.batch_size, 1), ("--chunk-rows", args.chunk_rows, 1),
-                               ("--max-length", args.max_length, 8)):
+    for flag, value, least in (
+        ("--batch-size", args.batch_size, 1),
+        ("--chunk-rows", args.chunk_rows, 1),
+        ("--max-length", args.max_length, 8),
+    ):
         check_positive(flag, value, least)
     if not args.texts and args.file is None and sys.stdin.isatty():
         raise NlptasksError(
@@ -77,11 +112,21 @@ def cmd(args: argparse.Namespace) -> int:
     hf_logging.disable_progress_bar()  # its "Loading weights" bar; ours shows the long work
     predictor = load_predictor(run_dir, load_options(args))
     progress = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.quiet)
-    predict_to(predictor, Request(
-        texts=list(args.texts), file=args.file, output=args.output, fmt=args.fmt, chunk_rows=args.chunk_rows,
-        progress=progress, candidates=args.candidates, top_k=args.top_k, task=task_of(run_dir),
-        generation={k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p")},
-    ))
+    predict_to(
+        predictor,
+        Request(
+            texts=list(args.texts),
+            file=args.file,
+            output=args.output,
+            fmt=args.fmt,
+            chunk_rows=args.chunk_rows,
+            progress=progress,
+            candidates=args.candidates,
+            top_k=args.top_k,
+            task=task_of(run_dir),
+            generation={k: getattr(args, k) for k in ("max_new_tokens", "temperature", "top_p")},
+        ),
+    )
     return 0
 
 
@@ -107,5 +152,3 @@ def _infer_run_dir(args: argparse.Namespace) -> Path:
             hint=f"Train one first: nlptasks run recipes/{args.task}.toml   (or point --model at a run folder)",
         )
     return run_dir
-
-

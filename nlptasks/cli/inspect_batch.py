@@ -13,9 +13,12 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("inspect-batch", help="show the tokens a recipe feeds the model, and which are in the loss",
-                       description="Run steps 1-4 of a recipe (no model, no training) and print examples token by "
-                                   "token with their labels; fail if an example has no token in the loss.")
+    p = sub.add_parser(
+        "inspect-batch",
+        help="show the tokens a recipe feeds the model, and which are in the loss",
+        description="Run steps 1-4 of a recipe (no model, no training) and print examples token by "
+        "token with their labels; fail if an example has no token in the loss.",
+    )
     add_recipe_arguments(p)
     p.add_argument("--split", default="train", help="which split to show (default: train)")
     p.add_argument("--rows", type=int, default=3, help="how many examples to show (default: 3)")

@@ -17,27 +17,45 @@ __all__ = ["cmd", "ladder_plan", "measure_label", "measure_rungs", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("plan", help="estimate peak training memory for each rung of the memory ladder",
-                       description="Estimate peak training memory (weights, gradients, optimizer states, "
-                                   "activations) of a recipe for each rung of the memory ladder: baseline, "
-                                   "gradient accumulation, gradient checkpointing, Adafactor (8-bit AdamW on CUDA), "
-                                   "frozen body, shorter max length, LoRA, QLoRA. The model is built on the meta "
-                                   "device (exact parameter counts, no weights loaded). See docs/plan.md.")
+    p = sub.add_parser(
+        "plan",
+        help="estimate peak training memory for each rung of the memory ladder",
+        description="Estimate peak training memory (weights, gradients, optimizer states, "
+        "activations) of a recipe for each rung of the memory ladder: baseline, "
+        "gradient accumulation, gradient checkpointing, Adafactor (8-bit AdamW on CUDA), "
+        "frozen body, shorter max length, LoRA, QLoRA. The model is built on the meta "
+        "device (exact parameter counts, no weights loaded). See docs/plan.md.",
+    )
     add_recipe_arguments(p)
-    p.add_argument("--gpu-mem", metavar="SIZE",
-                   help="a memory budget, e.g. 24GiB: name the first rung (the fastest) whose estimate fits, "
-                        "with the largest micro-batch that keeps the effective batch")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="estimate for this device (default: this machine's); cuda means bf16 autocast with "
-                        "train.precision=auto, boolean dropout masks and fused attention")
-    p.add_argument("--probe", action="store_true",
-                   help="also run a few real training steps per rung (each in a fresh process) and print the "
-                        "measured peak beside the estimate: CUDA max allocated, or on CPU the peak RSS")
+    p.add_argument(
+        "--gpu-mem",
+        metavar="SIZE",
+        help="a memory budget, e.g. 24GiB: name the first rung (the fastest) whose estimate fits, "
+        "with the largest micro-batch that keeps the effective batch",
+    )
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="estimate for this device (default: this machine's); cuda means bf16 autocast with "
+        "train.precision=auto, boolean dropout masks and fused attention",
+    )
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="also run a few real training steps per rung (each in a fresh process) and print the "
+        "measured peak beside the estimate: CUDA max allocated, or on CPU the peak RSS",
+    )
     p.add_argument("--steps", type=int, default=3, metavar="N", help="with --probe: steps per rung (default: 3)")
     p.add_argument("--rungs", metavar="NAMES", help="only these rungs, comma-separated (e.g. baseline,lora)")
-    p.add_argument("--nproc", type=int, default=1, metavar="N",
-                   help="processes the run will use: with train.extra.fsdp the estimate is per rank, weights, "
-                        "gradients and optimizer states sharded over N (default: 1)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes the run will use: with train.extra.fsdp the estimate is per rank, weights, "
+        "gradients and optimizer states sharded over N (default: 1)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
     p.set_defaults(func=cmd)
 
@@ -106,26 +124,39 @@ def cmd(args: argparse.Namespace) -> int:
         if budget is not None:
             payload["budget"] = budget
             payload["choice"] = (
-                {"rung": choice.row.rung.name, "micro_batch": choice.micro_batch, "accumulation": choice.accumulation,
-                 "estimate": choice.estimate.to_json(), "overrides": choice.overrides()}
-                if choice else None
+                {
+                    "rung": choice.row.rung.name,
+                    "micro_batch": choice.micro_batch,
+                    "accumulation": choice.accumulation,
+                    "estimate": choice.estimate.to_json(),
+                    "overrides": choice.overrides(),
+                }
+                if choice
+                else None
             )
         print(json.dumps(payload, ensure_ascii=False, indent=2))
         return 0
-    print(f"plan {args.recipe}: {plan.model_class}, effective batch {plan.effective_batch}, estimated for {plan.device}")
+    print(
+        f"plan {args.recipe}: {plan.model_class}, effective batch {plan.effective_batch}, estimated for {plan.device}"
+    )
     print(plan_text(plan, measured, measure_label(measured) if measured is not None else ""))
-    if measured is not None and not any(k.startswith("cuda") for k in (m.get("measure", "") for m in measured.values())):
-        print("measured on CPU: peak resident memory from model building to the end of training, minus the "
-              "resident memory before it; it includes allocator and library overhead and is not GPU memory")
+    if measured is not None and not any(
+        k.startswith("cuda") for k in (m.get("measure", "") for m in measured.values())
+    ):
+        print(
+            "measured on CPU: peak resident memory from model building to the end of training, minus the "
+            "resident memory before it; it includes allocator and library overhead and is not GPU memory"
+        )
     if budget is not None:
         if choice is None:
             smallest = min((r.estimate.total for r in plan.rows if r.estimate and not r.needs), default=None)
             print(f"\nno rung fits {human(budget)} on {plan.device} (smallest estimate {human(smallest)})")
             return 1
         sets = " ".join(f"--set {o}" for o in choice.overrides())
-        print(f"\nfits {human(budget)}: {choice.row.rung.label.lstrip('+ ')} with micro-batch {choice.micro_batch} x "
-              f"accumulation {choice.accumulation} (estimate {human(choice.estimate.total)})"
-              + (f"; note: {choice.row.rung.changes}" if choice.row.rung.changes else ""))
+        print(
+            f"\nfits {human(budget)}: {choice.row.rung.label.lstrip('+ ')} with micro-batch {choice.micro_batch} x "
+            f"accumulation {choice.accumulation} (estimate {human(choice.estimate.total)})"
+            + (f"; note: {choice.row.rung.changes}" if choice.row.rung.changes else "")
+        )
         print(f"run: nlptasks run {args.recipe} {sets}".rstrip())
     return 0
-

@@ -11,8 +11,11 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("plugins", help="list installed plugins, their tasks and hooks",
-                       description="List installed plugins, the tasks they provide and the hooks they implement.")
+    p = sub.add_parser(
+        "plugins",
+        help="list installed plugins, their tasks and hooks",
+        description="List installed plugins, the tasks they provide and the hooks they implement.",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd)
 
@@ -26,9 +29,14 @@ def cmd(args: argparse.Namespace) -> int:
         payload = {
             "plugins": [info.__dict__ for info in infos],
             "tasks": {
-                name: {"plugin": spec.plugin, "description": spec.description, "best_metric": spec.best_metric_text(),
-                       "metrics": spec.metrics_text(), "label_fields": spec.label_fields_text(),
-                       "peft_task_type": spec.peft_task_type_text()}
+                name: {
+                    "plugin": spec.plugin,
+                    "description": spec.description,
+                    "best_metric": spec.best_metric_text(),
+                    "metrics": spec.metrics_text(),
+                    "label_fields": spec.label_fields_text(),
+                    "peft_task_type": spec.peft_task_type_text(),
+                }
                 for name, spec in sorted(host.tasks.items())
             },
             "failures": [f.__dict__ for f in host.failures],

@@ -16,24 +16,47 @@ def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
     p = sub.add_parser("run", help="train and evaluate a recipe", description="Run a recipe through the ten steps.")
     p.add_argument("recipe", help="recipe file (TOML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a recipe key, e.g. --set train.learning_rate=3e-5 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key, e.g. --set train.learning_rate=3e-5 (repeatable)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--nproc", type=int, metavar="N",
-                   help="train on N processes (one per GPU, or CPU processes with gloo): starts "
-                        "`python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks run ...` "
-                        "(docs/optimize.md#distributed)")
-    g = p.add_argument_group("several machines", "torchrun's rendezvous: run the same command on every machine, with "
-                             "--nproc (docs/optimize.md#several-machines)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="train on N processes (one per GPU, or CPU processes with gloo): starts "
+        "`python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks run ...` "
+        "(docs/optimize.md#distributed)",
+    )
+    g = p.add_argument_group(
+        "several machines",
+        "torchrun's rendezvous: run the same command on every machine, with "
+        "--nproc (docs/optimize.md#several-machines)",
+    )
     g.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines taking part (default: 1)")
     g.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="an address every machine reaches (the rendezvous)")
-    g.add_argument("--node-rank", type=int, metavar="R",
-                   help="this machine's rank, 0 to M-1, for a static rendezvous (machine 0 is at --rdzv-endpoint "
-                        "and writes the run); without it torchrun's c10d rendezvous ranks machines as they arrive")
+    g.add_argument(
+        "--node-rank",
+        type=int,
+        metavar="R",
+        help="this machine's rank, 0 to M-1, for a static rendezvous (machine 0 is at --rdzv-endpoint "
+        "and writes the run); without it torchrun's c10d rendezvous ranks machines as they arrive",
+    )
     g.add_argument("--rdzv-id", default="nlptasks", metavar="ID", help="the job's name in the c10d rendezvous")
-    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN_DIR",
-                   help="continue the latest incomplete run of this recipe (or RUN_DIR) from its last complete "
-                        "checkpoint (see output.checkpoint_steps); the recipe must be the one the run started with")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="RUN_DIR",
+        help="continue the latest incomplete run of this recipe (or RUN_DIR) from its last complete "
+        "checkpoint (see output.checkpoint_steps); the recipe must be the one the run started with",
+    )
     p.set_defaults(func=cmd)
 
 
@@ -44,7 +67,9 @@ def cmd(args: argparse.Namespace) -> int:
     if args.nproc is None and (args.nnodes != 1 or args.rdzv_endpoint or args.node_rank is not None):
         from nlptasks.errors import NlptasksError
 
-        raise NlptasksError("--nnodes, --rdzv-endpoint and --node-rank start torchrun: add --nproc N (processes per machine)")
+        raise NlptasksError(
+            "--nnodes, --rdzv-endpoint and --node-rank start torchrun: add --nproc N (processes per machine)"
+        )
     if args.nproc is not None:
         from nlptasks.pipeline.launch import launch
 
@@ -102,7 +127,9 @@ def format_metrics(metrics: dict[str, Any]) -> str:
             row = c.ljust(cw)
             for n in names:
                 v = per_class.get(f"{n}/{c}")
-                row += (f"{v:.0f}" if n == "support" and v is not None else f"{v:.4f}" if v is not None else "-").rjust(11)
+                row += (f"{v:.0f}" if n == "support" and v is not None else f"{v:.4f}" if v is not None else "-").rjust(
+                    11
+                )
             lines.append(row)
     dropped = metrics.get("dropped") or {}
     if dropped:
@@ -117,4 +144,3 @@ def format_metrics(metrics: dict[str, Any]) -> str:
             line += f", MFU {train['mfu']:.1%} of {train['peak_tflops']:g} TFLOP/s ({train['peak_source']})"
         lines.append(line)
     return "\n".join(lines)
-

@@ -11,8 +11,11 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("schema", help="print the recipe JSON Schema (for editors)",
-                       description="Print the JSON Schema of recipes, including each task's [options].")
+    p = sub.add_parser(
+        "schema",
+        help="print the recipe JSON Schema (for editors)",
+        description="Print the JSON Schema of recipes, including each task's [options].",
+    )
     p.set_defaults(func=cmd)
 
 

@@ -20,41 +20,78 @@ API_KEY_ENV = "NLPTASKS_API_KEY"
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("serve", help="serve trained runs over HTTP: predict, OpenAI-compatible chat, a page",
-                       description="Serve trained runs over HTTP (FastAPI on uvicorn): POST /v1/predict/NAME "
-                                   "answers what `nlptasks infer` prints, with concurrent requests batched together; "
-                                   "OpenAI-compatible /v1/chat/completions for runs that generate; a page to try the "
-                                   "models at /; /health, /metrics (Prometheus) and the OpenAPI page at /docs. "
-                                   "Ctrl-C stops it after answering the requests in flight. Needs the serve extra: "
-                                   "pip install \"nlptasks[serve]\".")
+    p = sub.add_parser(
+        "serve",
+        help="serve trained runs over HTTP: predict, OpenAI-compatible chat, a page",
+        description="Serve trained runs over HTTP (FastAPI on uvicorn): POST /v1/predict/NAME "
+        "answers what `nlptasks infer` prints, with concurrent requests batched together; "
+        "OpenAI-compatible /v1/chat/completions for runs that generate; a page to try the "
+        "models at /; /health, /metrics (Prometheus) and the OpenAPI page at /docs. "
+        "Ctrl-C stops it after answering the requests in flight. Needs the serve extra: "
+        'pip install "nlptasks[serve]".',
+    )
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders to serve")
-    p.add_argument("--name", dest="names", action="append", metavar="NAME",
-                   help="the name of a run in URLs (/v1/predict/NAME), once per run, in order (default: the run "
-                        "folder's name)")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    p.add_argument(
+        "--name",
+        dest="names",
+        action="append",
+        metavar="NAME",
+        help="the name of a run in URLs (/v1/predict/NAME), once per run, in order (default: the run folder's name)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every interface)",
+    )
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
-                   help=f"require 'Authorization: Bearer KEY' on every route but /health and the page "
-                        f"(default: ${API_KEY_ENV}, else no key)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV) or None,
+        metavar="KEY",
+        help=f"require 'Authorization: Bearer KEY' on every route but /health and the page "
+        f"(default: ${API_KEY_ENV}, else no key)",
+    )
     g = p.add_argument_group("batching and limits")
-    g.add_argument("--max-batch-size", type=int, default=32, metavar="N",
-                   help="most inputs per forward pass when requests are batched together (default: 32)")
-    g.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
-                   help="how long a batch waits for more requests after its first (default: 5)")
-    g.add_argument("--max-queue", type=int, default=256, metavar="N",
-                   help="most inputs waiting per model; beyond, requests get 503 with Retry-After (default: 256)")
-    g.add_argument("--max-inputs", type=int, default=256, metavar="N",
-                   help="most inputs in one request (default: 256)")
-    g.add_argument("--max-body-bytes", type=int, default=1_000_000, metavar="N",
-                   help="largest request body; beyond, 413 (default: 1000000)")
-    g.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="seconds a request may wait for its answer before 504; also the grace period for requests "
-                        "in flight when the server stops (default: 60)")
+    g.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=32,
+        metavar="N",
+        help="most inputs per forward pass when requests are batched together (default: 32)",
+    )
+    g.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="how long a batch waits for more requests after its first (default: 5)",
+    )
+    g.add_argument(
+        "--max-queue",
+        type=int,
+        default=256,
+        metavar="N",
+        help="most inputs waiting per model; beyond, requests get 503 with Retry-After (default: 256)",
+    )
+    g.add_argument("--max-inputs", type=int, default=256, metavar="N", help="most inputs in one request (default: 256)")
+    g.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="largest request body; beyond, 413 (default: 1000000)",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds a request may wait for its answer before 504; also the grace period for requests "
+        "in flight when the server stops (default: 60)",
+    )
     m = p.add_argument_group("models")
     add_load_arguments(m, "precision", "backend", "device", "threads", "adapter")
-    p.add_argument("--no-access-log", dest="access_log", action="store_false",
-                   help="do not log one line per request")
+    p.add_argument("--no-access-log", dest="access_log", action="store_false", help="do not log one line per request")
     p.set_defaults(func=cmd)
 
 
@@ -65,10 +102,15 @@ def cmd(args: argparse.Namespace) -> int:
         import fastapi  # noqa: F401
         import uvicorn
     except ImportError as exc:
-        raise NlptasksError(f"nlptasks serve needs FastAPI and uvicorn ({exc})",
-                            hint='Install them: pip install "nlptasks[serve]"') from None
-    for flag, value in (("--max-batch-size", args.max_batch_size), ("--max-queue", args.max_queue),
-                        ("--max-inputs", args.max_inputs), ("--max-body-bytes", args.max_body_bytes)):
+        raise NlptasksError(
+            f"nlptasks serve needs FastAPI and uvicorn ({exc})", hint='Install them: pip install "nlptasks[serve]"'
+        ) from None
+    for flag, value in (
+        ("--max-batch-size", args.max_batch_size),
+        ("--max-queue", args.max_queue),
+        ("--max-inputs", args.max_inputs),
+        ("--max-body-bytes", args.max_body_bytes),
+    ):
         check_positive(flag, value)
     if not 0 <= args.port <= 65535:
         raise NlptasksError(f"--port {args.port}: must be from 0 to 65535")
@@ -83,15 +125,26 @@ def cmd(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()
     models = load_models(args.runs, args.names, load_options(args, batch_size=args.max_batch_size))  # checks all first
-    settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
-                             max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_inputs=args.max_inputs,
-                             timeout_s=args.timeout, api_key=args.api_key)
+    settings = ServeSettings(
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes,
+        max_inputs=args.max_inputs,
+        timeout_s=args.timeout,
+        api_key=args.api_key,
+    )
     state = ServerState(models=models, settings=settings)
     app = create_app(state)
     _print_banner(args, state, list(models))
-    config = uvicorn.Config(app, host=args.host, port=args.port, access_log=args.access_log,
-                            log_level="warning" if args.quiet else "info",
-                            timeout_graceful_shutdown=max(1, int(args.timeout + 0.999)))
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=args.access_log,
+        log_level="warning" if args.quiet else "info",
+        timeout_graceful_shutdown=max(1, int(args.timeout + 0.999)),
+    )
     server = uvicorn.Server(config)
     stopped_by: list[int] = []
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -107,8 +160,10 @@ def cmd(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
         state.close()
     if not server.started:
-        raise NlptasksError(f"the server could not start on {args.host}:{args.port} (see the lines above)",
-                            hint="Is the port taken? Choose another: --port N")
+        raise NlptasksError(
+            f"the server could not start on {args.host}:{args.port} (see the lines above)",
+            hint="Is the port taken? Choose another: --port N",
+        )
     how = f" ({signal.Signals(stopped_by[0]).name})" if stopped_by else ""
     print(f"server stopped{how}", file=sys.stderr)
     return 0
@@ -123,14 +178,20 @@ def _print_banner(args: argparse.Namespace, state: Any, names: list[str]) -> Non
         print(f"model {name}: {served.task} run {display(served.run_dir)}", file=sys.stderr)
     first = state.models[names[0]]
     body = json.dumps({"inputs": [_example(first)]}, ensure_ascii=False)
-    auth = f" -H \"Authorization: Bearer ${API_KEY_ENV}\"" if args.api_key else ""
-    print(f"page:    {base}/\n"
-          f"docs:    {base}/docs\n"
-          f"try:     curl -s {base}/v1/predict/{names[0]} -H 'Content-Type: application/json'{auth} "
-          f"-d {shlex.quote(body)}", file=sys.stderr)
+    auth = f' -H "Authorization: Bearer ${API_KEY_ENV}"' if args.api_key else ""
+    print(
+        f"page:    {base}/\n"
+        f"docs:    {base}/docs\n"
+        f"try:     curl -s {base}/v1/predict/{names[0]} -H 'Content-Type: application/json'{auth} "
+        f"-d {shlex.quote(body)}",
+        file=sys.stderr,
+    )
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
-        print(f"warning: listening on {args.host} without --api-key: anyone who can reach this machine can use "
-              "the models", file=sys.stderr)
+        print(
+            f"warning: listening on {args.host} without --api-key: anyone who can reach this machine can use "
+            "the models",
+            file=sys.stderr,
+        )
 
 
 def _example(served: Any) -> Any:

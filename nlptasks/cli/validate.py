@@ -13,8 +13,11 @@ __all__ = ["cmd", "register"]
 
 def register(sub: Any) -> None:
     """Add the command's parser to ``sub`` (the subparsers of ``nlptasks``)."""
-    p = sub.add_parser("validate", help="check a recipe without running it",
-                       description="Validate a recipe: report every problem with its key path.")
+    p = sub.add_parser(
+        "validate",
+        help="check a recipe without running it",
+        description="Validate a recipe: report every problem with its key path.",
+    )
     add_recipe_arguments(p)
     p.add_argument("--show", action="store_true", help="print the resolved recipe (defaults filled in)")
     p.set_defaults(func=cmd)
@@ -30,8 +33,12 @@ def cmd(args: argparse.Namespace) -> int:
 
     preflight(loaded)  # what a run checks before it reads data: libraries, config.json, memory
     r = loaded.recipe
-    data = r.data.hub or ", ".join(f"{k}={getattr(r.data, k)}" for k in ("train", "validation", "test") if getattr(r.data, k))
-    model = r.model.name_or_path or f"from scratch ({r.model.scratch.architecture}, {r.model.scratch.tokenizer} vocabulary)"  # type: ignore[union-attr]
+    data = r.data.hub or ", ".join(
+        f"{k}={getattr(r.data, k)}" for k in ("train", "validation", "test") if getattr(r.data, k)
+    )
+    model = (
+        r.model.name_or_path or f"from scratch ({r.model.scratch.architecture}, {r.model.scratch.tokenizer} vocabulary)"
+    )  # type: ignore[union-attr]
     if args.show:
         print(dump_toml(loaded.resolved()), end="")
     else:

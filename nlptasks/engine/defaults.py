@@ -89,9 +89,7 @@ def nlptasks_data_collator(ctx: Any) -> Any:
 
 
 @hookimpl(trylast=True)
-def nlptasks_trainer(
-    ctx: Any, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
-) -> Any:
+def nlptasks_trainer(ctx: Any, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
     from transformers import Trainer
 
     from nlptasks.engine.training.trainer import build_trainer

@@ -81,4 +81,3 @@ def _base_identity(base: dict[str, Any]) -> Any:
 def _tokenizer_identity(run_dir: Path) -> str | None:
     path = run_dir / "tokenizer.json"
     return f"sha256 {file_sha256(path)[:12]}" if path.exists() else None
-

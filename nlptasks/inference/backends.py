@@ -31,8 +31,10 @@ def backend_table(host: Host | None = None) -> dict[str, Backend]:
     table = dict(BUILTIN)
     for name, backend in (host or get_host()).backends.items():
         if name in BUILTIN:
-            raise NlptasksError(f"plugin {backend.plugin!r} registers backend {name!r}, a built-in name",
-                                hint=f"Block it: NLPTASKS_BLOCK_PLUGINS={backend.plugin}")
+            raise NlptasksError(
+                f"plugin {backend.plugin!r} registers backend {name!r}, a built-in name",
+                hint=f"Block it: NLPTASKS_BLOCK_PLUGINS={backend.plugin}",
+            )
         table[name] = backend
     return table
 
@@ -46,13 +48,13 @@ def check_backend(name: str, host: Host | None = None) -> None:
     """An unknown backend name is an error listing the known ones (before anything is loaded)."""
     table = backend_table(host)
     if name != "auto" and name not in table:
-        raise NlptasksError(f"--backend {name}: no such backend{did_you_mean(name, table)}; "
-                            f"backends: {', '.join(['auto', *table])}",
-                            hint="A plugin adds one with the register_backends hook; `nlptasks plugins` lists them.")
+        raise NlptasksError(
+            f"--backend {name}: no such backend{did_you_mean(name, table)}; backends: {', '.join(['auto', *table])}",
+            hint="A plugin adds one with the register_backends hook; `nlptasks plugins` lists them.",
+        )
 
 
-def backend_for(run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions,
-                host: Host | None = None) -> Backend:
+def backend_for(run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions, host: Host | None = None) -> Backend:
     """The backend that loads ``run_dir`` with ``options``: ``auto`` is the backend owning the folder,
     else torch; a named one must not meet a folder another backend owns, and must not refuse it."""
     check_backend(options.backend, host)
@@ -64,12 +66,19 @@ def backend_for(run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions
         backend = table[options.backend]
         other = next((b for b in owners if b is not backend), None)
         if other is not None:
-            source = (manifest.get(other.name) or {}).get("exported_from") if isinstance(manifest.get(other.name), dict) else None
+            source = (
+                (manifest.get(other.name) or {}).get("exported_from")
+                if isinstance(manifest.get(other.name), dict)
+                else None
+            )
             raise NlptasksError(
                 f"--backend {backend.name}: {run_dir} is an export of the {other.name} backend; it holds no "
                 f"{backend.name} weights",
-                hint=(f"Use the run it came from: nlptasks infer --model {source}   (or leave out --backend)"
-                      if source else "Leave out --backend (auto picks the folder's own backend)."),
+                hint=(
+                    f"Use the run it came from: nlptasks infer --model {source}   (or leave out --backend)"
+                    if source
+                    else "Leave out --backend (auto picks the folder's own backend)."
+                ),
             )
     reason = backend.refusal(run_dir, manifest, options)
     if reason:

@@ -103,7 +103,9 @@ def predict_per_token(
             for name in outputs:
                 values = out[name].float().cpu().numpy()
                 for j, i in enumerate(idx):
-                    result[name][i] = np.ascontiguousarray(values[j, -lengths[i]:] if left else values[j, : lengths[i]])
+                    result[name][i] = np.ascontiguousarray(
+                        values[j, -lengths[i] :] if left else values[j, : lengths[i]]
+                    )
     return result
 
 
@@ -121,5 +123,3 @@ def softmax(logits: Any) -> Any:
     z = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)
-
-

@@ -46,7 +46,8 @@ def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host
         warnings.warn(
             f"nlptasks_load_predictor(run_dir, manifest) in plugin {', '.join(legacy)}: the hook now takes "
             "(run_dir, manifest, options); pass options to load_run(run_dir, manifest, auto_class, options)",
-            DeprecationWarning, stacklevel=2,
+            DeprecationWarning,
+            stacklevel=2,
         )
         manifest = {**manifest, LEGACY_OPTIONS: options}
     predictor = hook(run_dir=run_dir, manifest=manifest, options=options)
@@ -62,5 +63,10 @@ def _legacy_implementations(hook: Any) -> list[str]:
     """Plugins whose ``nlptasks_load_predictor`` makes predictors without ``options`` (the
     two-argument form; a wrapper around the step sees what it asks for and needs none)."""
     impls = hook.get_hookimpls() if hasattr(hook, "get_hookimpls") else []
-    return [impl.plugin_name for impl in impls if "options" not in impl.argnames and impl.plugin_name != "nlptasks.engine"
-            and not (impl.hookwrapper or getattr(impl, "wrapper", False))]
+    return [
+        impl.plugin_name
+        for impl in impls
+        if "options" not in impl.argnames
+        and impl.plugin_name != "nlptasks.engine"
+        and not (impl.hookwrapper or getattr(impl, "wrapper", False))
+    ]

@@ -7,12 +7,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
 from nlptasks.engine.model.examples import read_examples
 from nlptasks.engine.model.peft import DEFAULT_ADAPTER
-from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
+from nlptasks.errors import NlptasksError, Problem
 from nlptasks.inference.runs import choose
 from nlptasks.inference.torch_backend import adapter_path, torch_module
-from nlptasks.errors import NlptasksError, Problem
 from nlptasks.peft_support import MERGEABLE
 
 __all__ = ["compare_outputs", "export_merged", "model_outputs"]
@@ -42,8 +42,11 @@ def model_outputs(model: Any, inputs: list[dict[str, list[int]]], task_type: str
                 continue
             out = model(**tensors)
             items = out.items() if hasattr(out, "items") else enumerate(out if isinstance(out, tuple) else (out,))
-            record = {str(k): v.detach().float() for k, v in items
-                      if isinstance(v, torch.Tensor) and v.is_floating_point() and k != "loss"}
+            record = {
+                str(k): v.detach().float()
+                for k, v in items
+                if isinstance(v, torch.Tensor) and v.is_floating_point() and k != "loss"
+            }
             if not record:
                 raise NlptasksError(
                     f"--merge: {type(model).__name__} returns {type(out).__name__}, which holds no tensor to compare "
@@ -53,8 +56,9 @@ def model_outputs(model: Any, inputs: list[dict[str, list[int]]], task_type: str
     return outputs
 
 
-def compare_outputs(before: list[dict[str, Any]], after: list[dict[str, Any]],
-                    atol: float = 1e-4) -> tuple[list[str], float]:
+def compare_outputs(
+    before: list[dict[str, Any]], after: list[dict[str, Any]], atol: float = 1e-4
+) -> tuple[list[str], float]:
     """``(differences, largest absolute difference of any output tensor)`` between two lists of
     :func:`model_outputs` records.  Outputs named ``*logits`` must keep their argmax; every tensor
     must agree within ``atol`` plus 0.1% of its largest value; generated tokens must be equal."""
@@ -111,14 +115,17 @@ def export_merged(run_dir: Path, out: Path, adapter: str | None = None) -> dict[
         raise NlptasksError(
             f"--merge: {run_dir} has a {info['quantization']} quantized base; merging into quantized weights "
             "loses precision, so export does not do it",
-            hint="Retrain with peft.quantization = \"none\" (and model.dtype = \"bf16\" on a GPU) to export a merged model.",
+            hint='Retrain with peft.quantization = "none" (and model.dtype = "bf16" on a GPU) to export a merged model.',
         )
     if out.exists() and any(out.iterdir()):
         raise NlptasksError(f"--merge {out}: the folder exists and is not empty", hint="Pick a new folder.")
     check = read_examples(run_dir, info.get("check"))
     if not check:
-        raise NlptasksError(f"--merge: {run_dir} keeps no examples to check the merge with ({info.get('check')} is "
-                            "missing or unreadable)", hint="Train the adapter again with this version of nlptasks.")
+        raise NlptasksError(
+            f"--merge: {run_dir} keeps no examples to check the merge with ({info.get('check')} is "
+            "missing or unreadable)",
+            hint="Train the adapter again with this version of nlptasks.",
+        )
     model_class = manifest.get("model_class")
     if not model_class:
         raise NlptasksError(f"{run_dir}: the manifest does not record model_class; cannot export")

@@ -136,7 +136,9 @@ class OnnxModel:
             array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
             feed[name] = array.astype(np.int64, copy=False)
         values = self.session.run(self.output_names, feed)
-        return OnnxOutput({n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in zip(self.output_names, values, strict=True)})
+        return OnnxOutput(
+            {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in zip(self.output_names, values, strict=True)}
+        )
 
     # -- what predictors touch on a torch model ------------------------------------------------
 
@@ -183,11 +185,15 @@ def _refuses(run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions) -
             hint="Leave out --precision, or use the torch run with --backend torch.",
         )
     if options.device.startswith("cuda"):
-        raise NlptasksError(f"--device {options.device}: ONNX exports run on onnxruntime's CPU provider here",
-                            hint="Use --device cpu (or auto), or the torch run on the GPU.")
+        raise NlptasksError(
+            f"--device {options.device}: ONNX exports run on onnxruntime's CPU provider here",
+            hint="Use --device cpu (or auto), or the torch run on the GPU.",
+        )
     if not (Path(run_dir) / ONNX_FILE).exists():
-        raise NlptasksError(f"{run_dir}: the manifest says backend onnx but there is no {ONNX_FILE}",
-                            hint="Export the run again: nlptasks export RUN --onnx OUT")
+        raise NlptasksError(
+            f"{run_dir}: the manifest says backend onnx but there is no {ONNX_FILE}",
+            hint="Export the run again: nlptasks export RUN --onnx OUT",
+        )
     return None
 
 
@@ -222,7 +228,8 @@ def _loss(architecture: str, out: Mapping[str, Any], labels: Mapping[str, Any], 
             return torch.nn.functional.cross_entropy(out["logits"].float(), labels["labels"].long())
         if architecture.endswith("ForQuestionAnswering") and {"start_positions", "end_positions"} <= set(labels):
             return losses.ForQuestionAnsweringLoss(  # type: ignore[no-untyped-call]
-                get("start_logits"), get("end_logits"), labels["start_positions"], labels["end_positions"])
+                get("start_logits"), get("end_logits"), labels["start_positions"], labels["end_positions"]
+            )
         if architecture.endswith(("ForCausalLM", "ForMaskedLM")) and "labels" in labels:
             loss = losses.ForCausalLMLoss if architecture.endswith("ForCausalLM") else losses.ForMaskedLMLoss
             return loss(out["logits"], labels["labels"], vocab_size=config.vocab_size)
@@ -261,8 +268,11 @@ def onnx_eval_module(model: OnnxModel, label_fields: Sequence[str] = ("labels",)
     # The graph's inputs and the label fields: what the Trainer reads to keep columns and find the labels.
     keyword = inspect.Parameter.KEYWORD_ONLY
     OnnxEvalModule.forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-         *(inspect.Parameter(n, keyword, default=None) for n in [*model.input_names, *fields])])
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            *(inspect.Parameter(n, keyword, default=None) for n in [*model.input_names, *fields]),
+        ]
+    )
     return OnnxEvalModule()
 
 

@@ -26,12 +26,20 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from nlptasks.inference.onnx_backend import INSTALL_HINT, ONNX_FILE, OnnxModel
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
 from nlptasks.errors import NlptasksError, Problem
+from nlptasks.inference.onnx_backend import INSTALL_HINT, ONNX_FILE, OnnxModel
 
-__all__ = ["DEFAULT_OPSET", "INT8_WEIGHTS", "QUANTIZE", "Samples", "check_graph", "export_onnx", "float_outputs",
-           "load_for_export"]
+__all__ = [
+    "DEFAULT_OPSET",
+    "INT8_WEIGHTS",
+    "QUANTIZE",
+    "Samples",
+    "check_graph",
+    "export_onnx",
+    "float_outputs",
+    "load_for_export",
+]
 
 DEFAULT_OPSET = 17
 QUANTIZE = ("none", "int8")
@@ -48,8 +56,10 @@ def load_for_export(run_dir: Path, adapter: str | None = None) -> tuple[Any, dic
 
     manifest = read_manifest(run_dir)
     if manifest.get("backend") == "onnx":
-        raise NlptasksError(f"{run_dir}: already an ONNX export",
-                            hint=f"Export the torch run it came from: {manifest.get('onnx', {}).get('exported_from')}")
+        raise NlptasksError(
+            f"{run_dir}: already an ONNX export",
+            hint=f"Export the torch run it came from: {manifest.get('onnx', {}).get('exported_from')}",
+        )
     model_class = manifest.get("model_class")
     if not model_class:
         raise NlptasksError(f"{run_dir}: the manifest does not record model_class; cannot export")
@@ -68,8 +78,10 @@ def load_for_export(run_dir: Path, adapter: str | None = None) -> tuple[Any, dic
             hint=f"Use the run as it is with torch: nlptasks infer --model {run_dir}",
         )
     if info.get("quantization", "none") != "none":
-        raise NlptasksError(f"--onnx: {run_dir} has a {info['quantization']} quantized base; it cannot be merged "
-                            "for export", hint="Retrain with peft.quantization = \"none\" to export it.")
+        raise NlptasksError(
+            f"--onnx: {run_dir} has a {info['quantization']} quantized base; it cannot be merged for export",
+            hint='Retrain with peft.quantization = "none" to export it.',
+        )
     model = torch_module(run_dir, chosen, model_class)
     merged = model.merge_and_unload()
     merged.eval()
@@ -109,8 +121,11 @@ class Samples:
         if self.examples:
             names = list(self.examples[0])
         else:
-            names = [n for n in getattr(tokenizer, "model_input_names", ["input_ids", "attention_mask"])
-                     if n in ("input_ids", "attention_mask", "token_type_ids") and n in accepted]
+            names = [
+                n
+                for n in getattr(tokenizer, "model_input_names", ["input_ids", "attention_mask"])
+                if n in ("input_ids", "attention_mask", "token_type_ids") and n in accepted
+            ]
             if "attention_mask" in accepted and "attention_mask" not in names:
                 names.append("attention_mask")
         self.names = ["input_ids", *sorted(n for n in names if n != "input_ids")]
@@ -140,7 +155,7 @@ class Samples:
         ids = torch.randint(5, max(self.vocab, 6), (size, length), generator=generator)
         mask = torch.ones_like(ids)
         if not unpadded:
-            mask[-1, max(1, length // 2):] = 0  # padding in the last row: the traced graph keeps the mask
+            mask[-1, max(1, length // 2) :] = 0  # padding in the last row: the traced graph keeps the mask
         values = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
         return {n: values[n] for n in self.names}
 
@@ -178,9 +193,17 @@ def _export_graph(model: Any, samples: Samples, path: Path, opset: int) -> dict[
     wrapper = Wrapper(model).eval()  # eval: a module in training mode would export its dropout
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation and tracing notices
-        torch.onnx.export(wrapper, tuple(small[n] for n in names), str(path), input_names=names,
-                          output_names=outputs, dynamic_axes=axes, opset_version=opset, dynamo=False,
-                          do_constant_folding=True)
+        torch.onnx.export(
+            wrapper,
+            tuple(small[n] for n in names),
+            str(path),
+            input_names=names,
+            output_names=outputs,
+            dynamic_axes=axes,
+            opset_version=opset,
+            dynamo=False,
+            do_constant_folding=True,
+        )
     return {n: [axes[n].get(d, size) for d, size in enumerate(a[n].shape)] for n in outputs}
 
 
@@ -191,9 +214,12 @@ def check_graph(model: Any, onnx_model: OnnxModel, samples: Samples, limit: int)
     import torch
 
     longest = max(samples.longest(), 3)
-    batches = [samples.batch(1, None if samples.examples else 3, seed=10, unpadded=True),
-               samples.batch(7, min(limit, max(longest, 64)), seed=11),
-               samples.batch(2, max(limit, longest), seed=12), samples.batch(1, max(limit, longest), seed=13)]
+    batches = [
+        samples.batch(1, None if samples.examples else 3, seed=10, unpadded=True),
+        samples.batch(7, min(limit, max(longest, 64)), seed=11),
+        samples.batch(2, max(limit, longest), seed=12),
+        samples.batch(1, max(limit, longest), seed=13),
+    ]
     largest = 0.0
     with torch.inference_mode():
         for inputs in batches:
@@ -201,7 +227,7 @@ def check_graph(model: Any, onnx_model: OnnxModel, samples: Samples, limit: int)
             mask = inputs.get("attention_mask")
             for name, value in want.items():
                 diff = (value.float() - got[name]).abs()
-                if mask is not None and diff.dim() >= mask.dim() and diff.shape[:mask.dim()] == mask.shape:
+                if mask is not None and diff.dim() >= mask.dim() and diff.shape[: mask.dim()] == mask.shape:
                     diff = diff[mask.bool()]  # padded positions are nobody's output
                 largest = max(largest, float(diff.max()) if diff.numel() else 0.0)
     return {"shapes": [list(b["input_ids"].shape) for b in batches], "max_abs_diff": largest, "inputs": samples.source}
@@ -227,9 +253,9 @@ def int8_weight_type() -> str:
 
 
 def _quantize(fp32: Path, out: Path, weight_type: str) -> None:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()
     level = root.level
@@ -242,8 +268,14 @@ def _quantize(fp32: Path, out: Path, weight_type: str) -> None:
         root.setLevel(level)
 
 
-def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = DEFAULT_OPSET,
-                adapter: str | None = None, int8_weights: str = "auto") -> dict[str, Any]:
+def export_onnx(
+    run_dir: Path,
+    out: Path,
+    quantize: str = "none",
+    opset: int = DEFAULT_OPSET,
+    adapter: str | None = None,
+    int8_weights: str = "auto",
+) -> dict[str, Any]:
     """Export ``run_dir`` to ``out`` (a new folder) as ONNX; returns the new folder's manifest.
 
     ``out/model.onnx`` is the model (int8-quantized with ``quantize="int8"``); ``out`` becomes a
@@ -258,8 +290,9 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
         import onnx  # noqa: F401  (torch.onnx.export needs it)
         import onnxruntime  # noqa: F401
     except ImportError:
-        raise NlptasksError("--onnx needs the packages onnx and onnxruntime, which are not installed",
-                            hint=INSTALL_HINT) from None
+        raise NlptasksError(
+            "--onnx needs the packages onnx and onnxruntime, which are not installed", hint=INSTALL_HINT
+        ) from None
     if quantize not in QUANTIZE:
         raise NlptasksError(f"--quantize {quantize}: choose one of {', '.join(QUANTIZE)}")
     if int8_weights not in INT8_WEIGHTS:
@@ -281,9 +314,11 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
     from nlptasks.engine.model.introspect import accepted_inputs
 
     if "input_ids" not in accepted_inputs(model):
-        raise NlptasksError(f"--onnx: {run_dir} holds a {type(model).__name__}, which takes no input_ids; this "
-                            f"exporter traces text models (the {manifest.get('task')!r} task's is not one)",
-                            hint=f"Use the run with torch: nlptasks infer --model {run_dir}")
+        raise NlptasksError(
+            f"--onnx: {run_dir} holds a {type(model).__name__}, which takes no input_ids; this "
+            f"exporter traces text models (the {manifest.get('task')!r} task's is not one)",
+            hint=f"Use the run with torch: nlptasks infer --model {run_dir}",
+        )
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
     samples = Samples(run_dir, model, tokenizer)
     names = samples.names
@@ -330,4 +365,3 @@ def export_onnx(run_dir: Path, out: Path, quantize: str = "none", opset: int = D
     write_json(out / MANIFEST, manifest)
     mark_complete(out)
     return manifest
-

@@ -77,9 +77,15 @@ def predict_to(predictor: Any, request: Request) -> int:
         if request.progress and request.file is not None and task_fmt is None:
             total = streaming.count_rows(request.file)
         source = str(request.file) if request.file is not None else "<stdin>"
-        return streaming.stream_predictions(predictor, _inputs(request, task_fmt, predictor, stdin), writer.write,
-                                            chunk_rows=request.chunk_rows, total=total, progress=request.progress,
-                                            source=source)
+        return streaming.stream_predictions(
+            predictor,
+            _inputs(request, task_fmt, predictor, stdin),
+            writer.write,
+            chunk_rows=request.chunk_rows,
+            total=total,
+            progress=request.progress,
+            source=source,
+        )
     finally:
         if request.output is not None:
             out.close()
@@ -103,8 +109,10 @@ def configure_generation(predictor: Any, task: str, given: dict[str, Any]) -> No
     configure = getattr(predictor, "configure_generation", None)
     if configure is None:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
-        raise NlptasksError(f"{flags}: the {task!r} task does not generate text",
-                            hint="Generation settings apply to generating tasks such as sft.")
+        raise NlptasksError(
+            f"{flags}: the {task!r} task does not generate text",
+            hint="Generation settings apply to generating tasks such as sft.",
+        )
     if given.get("max_new_tokens", 1) < 1:
         raise NlptasksError("--max-new-tokens must be at least 1")
     for flag, value in given.items():
@@ -143,7 +151,7 @@ def _rank(predictor: Any, request: Request, queries: list[Any]) -> list[dict[str
     if rank is None:
         raise NlptasksError(
             f"--candidates: the {request.task!r} run cannot rank candidates",
-            hint="Ranking needs a predictor with rank(), e.g. a pair run trained with options.mode = \"bi\".",
+            hint='Ranking needs a predictor with rank(), e.g. a pair run trained with options.mode = "bi".',
         )
     assert request.candidates is not None
     return list(rank(queries, list(streaming.iter_file(request.candidates)), request.top_k))

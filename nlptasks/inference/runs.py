@@ -30,8 +30,9 @@ def options_of(manifest: Mapping[str, Any], options: LoadOptions | None) -> Load
     return carried if isinstance(carried, LoadOptions) else LoadOptions()
 
 
-def load_trained_model(run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str,
-                       options: LoadOptions | None = None) -> Any:
+def load_trained_model(
+    run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str, options: LoadOptions | None = None
+) -> Any:
     """The model of a complete run, ready for inference, loaded by the backend ``options.backend``
     names (``auto``: the backend whose export the folder is, else ``torch``).
 
@@ -52,8 +53,9 @@ def load_trained_model(run_dir: str | Path, manifest: Mapping[str, Any], auto_cl
     return backend.load_model(run_dir, manifest, auto_class, options.but(backend=backend.name))
 
 
-def load_run(run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str,
-             options: LoadOptions | None = None) -> tuple[Any, Any]:
+def load_run(
+    run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str, options: LoadOptions | None = None
+) -> tuple[Any, Any]:
     """``(tokenizer, model)`` of a complete run, ready for inference: the run's tokenizer and
     :func:`load_trained_model`.  What a step-10 predictor needs, for full and adapter runs and every
     backend alike.  ``options.max_length`` beyond the positions the model has is an error."""
@@ -64,8 +66,10 @@ def load_run(run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str,
     if options.max_length is not None:
         limit = position_limit(model)
         if limit is not None and options.max_length > limit:
-            raise NlptasksError(f"--max-length {options.max_length}: the run's model has positions for {limit} tokens",
-                                hint=f"Use --max-length {limit} or less (or leave it out: the run's own).")
+            raise NlptasksError(
+                f"--max-length {options.max_length}: the run's model has positions for {limit} tokens",
+                hint=f"Use --max-length {limit} or less (or leave it out: the run's own).",
+            )
     return AutoTokenizer.from_pretrained(run_dir), model
 
 
@@ -92,5 +96,3 @@ def choose(manifest: dict[str, Any], run_dir: Path, adapter: str | None, base_on
         chosen.update(info["adapters"][adapter].get("manifest", {}))
     chosen["peft"] = {**info, "active": adapter, "base_only": base_only}
     return chosen
-
-

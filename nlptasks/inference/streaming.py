@@ -43,8 +43,10 @@ __all__ = [
 
 CHUNK_ROWS = 2048  # even: a predictor may take plain lines two at a time (two texts per input)
 TABLE_SUFFIXES = {".csv", ".tsv", ".jsonl", ".json"}
-OUTPUT_FORMATS = {"jsonl": "JSON lines, one object per input (default)",
-                  "csv": "CSV with a header; nested values (lists, dicts) as JSON"}
+OUTPUT_FORMATS = {
+    "jsonl": "JSON lines, one object per input (default)",
+    "csv": "CSV with a header; nested values (lists, dicts) as JSON",
+}
 
 
 def iter_rows(stream: Any, kind: str, name: str = "<stdin>") -> Iterator[Any]:
@@ -177,10 +179,14 @@ class CsvWriter:
             self.rows += 1
             extra = [k for k in r if k not in self.writer.fieldnames]
             if extra:
-                raise NlptasksError(f"--format csv: result {self.rows} has field {extra[0]!r}, which the header "
-                                    f"(from the first results) lacks", hint="Use --format jsonl for mixed results.")
-            self.writer.writerow({k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v
-                                  for k, v in r.items()})
+                raise NlptasksError(
+                    f"--format csv: result {self.rows} has field {extra[0]!r}, which the header "
+                    f"(from the first results) lacks",
+                    hint="Use --format jsonl for mixed results.",
+                )
+            self.writer.writerow(
+                {k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in r.items()}
+            )
         self.stream.flush()
 
     def close(self) -> None:
@@ -201,8 +207,9 @@ class TaskFormatWriter:
         pass
 
 
-def predict_chunk(predictor: Callable[[list[Any]], list[dict[str, Any]]], chunk: list[Any], done: int = 0,
-                  source: str | None = None) -> list[dict[str, Any]]:
+def predict_chunk(
+    predictor: Callable[[list[Any]], list[dict[str, Any]]], chunk: list[Any], done: int = 0, source: str | None = None
+) -> list[dict[str, Any]]:
     """``predictor(chunk)``, checked: one result per input (or one per k plain strings, for a task
     that reads k consecutive strings as the fields of one input: a pair's two texts, a question's
     candidates); a :class:`DataError` naming a row of the chunk names the row of the whole input
@@ -215,8 +222,10 @@ def predict_chunk(predictor: Callable[[list[Any]], list[dict[str, Any]]], chunk:
         raise DataError(exc.message.split(": ", 1)[-1], path=source, row=done + exc.row, hint=exc.hint) from None
     if not isinstance(results, list) or (len(results) != len(chunk) and not _fields_of_lines(chunk, results)):
         count = len(results) if isinstance(results, list) else type(results).__name__
-        raise NlptasksError(f"the predictor returned {count} results for {len(chunk)} inputs",
-                            hint="A predictor returns a list with one dict per input, in order (nlptasks.Predictor).")
+        raise NlptasksError(
+            f"the predictor returned {count} results for {len(chunk)} inputs",
+            hint="A predictor returns a list with one dict per input, in order (nlptasks.Predictor).",
+        )
     return results
 
 
@@ -273,4 +282,3 @@ def open_output(path: Path | None) -> TextIO:
         return path.open("w", encoding="utf-8", newline="")
     except OSError as exc:
         raise NlptasksError(f"--output {path}: cannot write: {exc.strerror}") from None
-

@@ -55,7 +55,9 @@ def torch_module(run_dir: Path, manifest: Mapping[str, Any], auto_class: str, la
     config.inference_mode = True
     with quiet_peft():
         model = PeftModel.from_pretrained(model, str(path), adapter_name=name, config=config)
-    pass_every_input(model, probe_batch(read_examples(run_dir)))  # as in training: every input reaches the adapted model
+    pass_every_input(
+        model, probe_batch(read_examples(run_dir))
+    )  # as in training: every input reaches the adapted model
     model.eval()
     return model
 
@@ -75,7 +77,9 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
 
         config = AutoConfig.from_pretrained(run_dir / base["config"])
         return cls.from_pretrained(
-            base["name_or_path"], config=config, revision=base.get("revision"),
+            base["name_or_path"],
+            config=config,
+            revision=base.get("revision"),
             use_safetensors=None if base.get("allow_pickle") else True,  # as the recipe allowed at training
         )
     except OSError as exc:

@@ -9,11 +9,18 @@ inference floor, below the CLI.
 
 from __future__ import annotations
 
+from nlptasks.inference.loading import latest_run, load_predictor
 from nlptasks.pipeline.check import Report, check
 from nlptasks.pipeline.inspect import inspect_batch
-from nlptasks.inference.loading import latest_run, load_predictor
 from nlptasks.pipeline.run import RunResult, run, save_run
-from nlptasks.pipeline.steps import get_host, library_progress_bars, load_recipe, prepared, scratch_context, steps_1_to_4
+from nlptasks.pipeline.steps import (
+    get_host,
+    library_progress_bars,
+    load_recipe,
+    prepared,
+    scratch_context,
+    steps_1_to_4,
+)
 
 __all__ = [
     "Report",

@@ -25,9 +25,11 @@ def compare(run_dirs: list[Path]) -> str:
         elif not (path / COMPLETE).exists():
             problems.append(f"{path}: not a complete run (no {COMPLETE} marker: still training, or it failed)")
     if problems:
-        raise NlptasksError(f"cannot compare {len(problems)} of the {len(run_dirs)} runs",
-                            [Problem("", p) for p in problems],
-                            hint="Compare finished runs: folders made by `nlptasks run` that hold a COMPLETE file.")
+        raise NlptasksError(
+            f"cannot compare {len(problems)} of the {len(run_dirs)} runs",
+            [Problem("", p) for p in problems],
+            hint="Compare finished runs: folders made by `nlptasks run` that hold a COMPLETE file.",
+        )
     names = _short_names(run_dirs)
     metrics, manifests, recipes = [], [], []
     for path in run_dirs:
@@ -52,22 +54,40 @@ def compare(run_dirs: list[Path]) -> str:
     for data_name in sorted({name for e in evals for name in e}):
         keys: list[str] = []
         for e in evals:
-            keys += [k for k, v in (e.get(data_name) or {}).items() if "/" not in k and k not in RATE_KEYS
-                     and isinstance(v, (int, float)) and k not in keys]
+            keys += [
+                k
+                for k, v in (e.get(data_name) or {}).items()
+                if "/" not in k and k not in RATE_KEYS and isinstance(v, (int, float)) and k not in keys
+            ]
         for k in keys:
-            lines.append(f"| eval `{data_name}` {k} | " + " | ".join(num((e.get(data_name) or {}).get(k)) for e in evals)
-                         + " |")
+            lines.append(
+                f"| eval `{data_name}` {k} | " + " | ".join(num((e.get(data_name) or {}).get(k)) for e in evals) + " |"
+            )
     lines.append("| wall time (s) | " + " | ".join(_one(m.get("seconds")) for m in metrics) + " |")
-    lines.append("| train samples/s | " + " | ".join(
-        _one((m.get("train") or {}).get("samples_per_second")) for m in metrics) + " |")
-    for label, key, digits in (("train tokens/s", "tokens_per_second", 0), ("padding fraction", "padding_fraction", 3),
-                               ("MFU (estimate)", "mfu", 4)):
-        lines.append(f"| {label} | " + " | ".join(_one((m.get("train") or {}).get(key), digits) for m in metrics) + " |")
-    lines.append("| peak RSS (MiB) | " + " | ".join(
-        _one((m.get("resources") or {}).get("peak_rss_mb"), 0) for m in metrics) + " |")
+    lines.append(
+        "| train samples/s | "
+        + " | ".join(_one((m.get("train") or {}).get("samples_per_second")) for m in metrics)
+        + " |"
+    )
+    for label, key, digits in (
+        ("train tokens/s", "tokens_per_second", 0),
+        ("padding fraction", "padding_fraction", 3),
+        ("MFU (estimate)", "mfu", 4),
+    ):
+        lines.append(
+            f"| {label} | " + " | ".join(_one((m.get("train") or {}).get(key), digits) for m in metrics) + " |"
+        )
+    lines.append(
+        "| peak RSS (MiB) | "
+        + " | ".join(_one((m.get("resources") or {}).get("peak_rss_mb"), 0) for m in metrics)
+        + " |"
+    )
     if any("cuda_max_allocated_mb" in (m.get("resources") or {}) for m in metrics):
-        lines.append("| CUDA max allocated (MiB) | " + " | ".join(
-            _one((m.get("resources") or {}).get("cuda_max_allocated_mb"), 0) for m in metrics) + " |")
+        lines.append(
+            "| CUDA max allocated (MiB) | "
+            + " | ".join(_one((m.get("resources") or {}).get("cuda_max_allocated_mb"), 0) for m in metrics)
+            + " |"
+        )
     ignore = {"output.run_name", "output.dir", "output.overwrite"}
     keys = sorted({k for r in recipes for k in r} - ignore)
     differ = [k for k in keys if len({json.dumps(r.get(k), sort_keys=True) for r in recipes}) > 1]

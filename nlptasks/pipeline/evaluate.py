@@ -20,11 +20,12 @@ import datetime as _dt
 import json
 import shutil
 import time
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from nlptasks.context import RunContext
 from nlptasks.engine.io.rundir import write_json, write_text_atomic
@@ -84,8 +85,11 @@ def evaluate_run(
     manifest, options = prepare_load(run_dir, options or LoadOptions(), host)
     backend = backend_table(host)[options.backend]
     if backend.eval_module is None:
-        raise NlptasksError(f"--backend {backend.name}: this backend (plugin {backend.plugin!r}) offers no module "
-                            "for the Trainer to evaluate", hint="Evaluate the run with --backend torch (or auto).")
+        raise NlptasksError(
+            f"--backend {backend.name}: this backend (plugin {backend.plugin!r}) offers no module "
+            "for the Trainer to evaluate",
+            hint="Evaluate the run with --backend torch (or auto).",
+        )
     files = [Path(f) for f in files]
     if not files:
         raise NlptasksError("nothing to evaluate: give --data FILE (labelled data in the run's task format)")
@@ -98,8 +102,10 @@ def evaluate_run(
     try:
         raw = tomllib.loads(recipe_file.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise NlptasksError(f"{recipe_file}: cannot read the run's recipe: {exc}",
-                            hint="nlptasks eval needs the recipe.toml that nlptasks run writes into every run.") from None
+        raise NlptasksError(
+            f"{recipe_file}: cannot read the run's recipe: {exc}",
+            hint="nlptasks eval needs the recipe.toml that nlptasks run writes into every run.",
+        ) from None
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(output) if output is not None else run_dir / EVAL_DIR / stamp
     results = []
@@ -128,8 +134,15 @@ def _folder_name(path: Path, files: list[Path]) -> str:
 
 
 def _evaluate_file(
-    run_dir: Path, manifest: dict[str, Any], backend: Any, raw: dict[str, Any], path: Path, overrides: list[str],
-    out: Path, host: Host, progress: bool,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    backend: Any,
+    raw: dict[str, Any],
+    path: Path,
+    overrides: list[str],
+    out: Path,
+    host: Host,
+    progress: bool,
 ) -> EvalResult:
     started = time.perf_counter()
     recipe = json.loads(json.dumps(raw))
@@ -138,11 +151,16 @@ def _evaluate_file(
         data.pop(key, None)
     data.update(train=str(path.resolve()), format="auto")
     # The file is read as the recipe's train split: a row limit for it is max_eval_rows.
-    overrides = [o.replace("data.max_eval_rows", "data.max_train_rows", 1) if o.strip().startswith("data.max_eval_rows")
-                 else o for o in overrides if not o.strip().startswith("data.max_train_rows")]
+    overrides = [
+        o.replace("data.max_eval_rows", "data.max_train_rows", 1) if o.strip().startswith("data.max_eval_rows") else o
+        for o in overrides
+        if not o.strip().startswith("data.max_train_rows")
+    ]
     loaded = load_recipe(None, overrides, host=host, raw=recipe)
     if loaded.task.name != manifest.get("task"):
-        raise NlptasksError(f"{run_dir}: the recipe's task {loaded.task.name!r} is not the run's {manifest.get('task')!r}")
+        raise NlptasksError(
+            f"{run_dir}: the recipe's task {loaded.task.name!r} is not the run's {manifest.get('task')!r}"
+        )
     ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=out)
     ctx.trained_run, ctx.trained_manifest = run_dir, manifest
     label_fields = list(loaded.task.label_fields_for(loaded.options))
@@ -155,18 +173,31 @@ def _evaluate_file(
     hooks = host.hooks_for(loaded.task)
     with library_progress_bars(progress):
         metrics, errors, trainer, data_out, rows = _steps(ctx, hooks, progress)
-        sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data_out,
-                                                          metrics={TEST: metrics}) for s in (result or [])]
+        sections = [
+            s
+            for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data_out, metrics={TEST: metrics})
+            for s in (result or [])
+        ]
     dropped = dict(ctx.dropped.get(TEST, {}))
     seconds = time.perf_counter() - started
-    result = EvalResult(source=path, output_dir=out, metrics=metrics, rows=rows, examples=len(data_out[TEST]),
-                        dropped=dropped, errors=None if errors is None else len(errors), seconds=seconds)
+    result = EvalResult(
+        source=path,
+        output_dir=out,
+        metrics=metrics,
+        rows=rows,
+        examples=len(data_out[TEST]),
+        dropped=dropped,
+        errors=None if errors is None else len(errors),
+        seconds=seconds,
+    )
     _write(ctx, run_dir, result, errors, sections)
     shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)  # the Trainer's output folder: nothing is trained
     return result
 
 
-def _steps(ctx: RunContext, hooks: Any, progress: bool) -> tuple[dict[str, Any], list[dict[str, Any]] | None, Any, Any, int]:
+def _steps(
+    ctx: RunContext, hooks: Any, progress: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]] | None, Any, Any, int]:
     from datasets import DatasetDict
 
     hooks.nlptasks_setup(ctx=ctx)  # 1
@@ -186,15 +217,24 @@ def _steps(ctx: RunContext, hooks: Any, progress: bool) -> tuple[dict[str, Any],
     return metrics, errors, trainer, data, rows
 
 
-def _write(ctx: RunContext, run_dir: Path, result: EvalResult, errors: list[dict[str, Any]] | None,
-           sections: list[str]) -> None:
+def _write(
+    ctx: RunContext, run_dir: Path, result: EvalResult, errors: list[dict[str, Any]] | None, sections: list[str]
+) -> None:
     out = result.output_dir
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "metrics.json", {
-        TEST: result.metrics, "source": str(result.source), "run": str(run_dir), "rows": result.rows,
-        "examples": result.examples, "dropped": result.dropped, "errors": result.errors,
-        "seconds": round(result.seconds, 1),
-    })
+    write_json(
+        out / "metrics.json",
+        {
+            TEST: result.metrics,
+            "source": str(result.source),
+            "run": str(run_dir),
+            "rows": result.rows,
+            "examples": result.examples,
+            "dropped": result.dropped,
+            "errors": result.errors,
+            "seconds": round(result.seconds, 1),
+        },
+    )
     if errors is not None:
         tmp = out / f".{ERRORS}.tmp"
         with tmp.open("w", encoding="utf-8") as fh:
@@ -204,8 +244,12 @@ def _write(ctx: RunContext, run_dir: Path, result: EvalResult, errors: list[dict
 
 
 def _report(ctx: RunContext, run_dir: Path, result: EvalResult, sections: list[str]) -> str:
-    lines = [f"# Evaluation of {run_dir.name}", "", f"- run: `{run_dir}`", f"- data: `{result.source}` "
-             f"({result.rows} rows, {result.examples} examples scored)"]
+    lines = [
+        f"# Evaluation of {run_dir.name}",
+        "",
+        f"- run: `{run_dir}`",
+        f"- data: `{result.source}` ({result.rows} rows, {result.examples} examples scored)",
+    ]
     if result.dropped:
         lines.append("- dropped: " + ", ".join(f"{n} {why}" for why, n in result.dropped.items()))
     if result.errors is not None:

@@ -19,8 +19,13 @@ from nlptasks.recipe import LoadedRecipe
 __all__ = ["inspect_batch"]
 
 
-def inspect_batch(loaded: LoadedRecipe, split: str = "train", rows: int = 3, host: Host | None = None,
-                  out: Callable[[str], None] = print) -> None:
+def inspect_batch(
+    loaded: LoadedRecipe,
+    split: str = "train",
+    rows: int = 3,
+    host: Host | None = None,
+    out: Callable[[str], None] = print,
+) -> None:
     """Show ``rows`` examples of ``split``; raise if an example of any split gives the loss nothing."""
     with prepared(loaded, host) as (ctx, data):
         show(ctx, data, split, rows, out)
@@ -33,13 +38,21 @@ def inspect_batch(loaded: LoadedRecipe, split: str = "train", rows: int = 3, hos
             for name, found in problems.items():
                 for problem, numbers in found.items():
                     shown = ", ".join(map(str, numbers[:10])) + (" ..." if len(numbers) > 10 else "")
-                    lines.append(f"{ctx.sources.get(name, name)}: {len(numbers)} example(s) with {problem}: rows {shown}")
+                    lines.append(
+                        f"{ctx.sources.get(name, name)}: {len(numbers)} example(s) with {problem}: rows {shown}"
+                    )
             total = sum(len(n) for found in problems.values() for n in found.values())
             raise NlptasksError(
                 f"{total} example(s) give the loss nothing to learn from:\n  " + "\n  ".join(lines),
                 hint="They teach nothing (often: the answer was cut by model.max_length). "
                 "Raise model.max_length or fix the rows.",
             )
-        kinds = sorted({f"{column} ({kind})" for ds_split, ds in data.items() if len(ds)
-                        for column, kind in label_columns(ctx, ds, ds_split).items()})
+        kinds = sorted(
+            {
+                f"{column} ({kind})"
+                for ds_split, ds in data.items()
+                if len(ds)
+                for column, kind in label_columns(ctx, ds, ds_split).items()
+            }
+        )
         out(f"\nok: every example of {', '.join(data)} has labels for the loss: {', '.join(kinds)}")

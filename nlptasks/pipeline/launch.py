@@ -13,8 +13,14 @@ from nlptasks.errors import NlptasksError
 __all__ = ["is_main", "launch"]
 
 
-def launch(nproc: int, argv: list[str], nnodes: int = 1, endpoint: str | None = None, node_rank: int | None = None,
-           rdzv_id: str = "nlptasks") -> int:
+def launch(
+    nproc: int,
+    argv: list[str],
+    nnodes: int = 1,
+    endpoint: str | None = None,
+    node_rank: int | None = None,
+    rdzv_id: str = "nlptasks",
+) -> int:
     """Start ``nlptasks run`` (``argv`` without ``--nproc``) under torchrun with ``nproc`` processes
     per machine; returns torchrun's exit status."""
     if nproc < 1:

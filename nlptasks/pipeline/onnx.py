@@ -77,12 +77,16 @@ def _hits(predicted: Any, gold: Any) -> tuple[int, int]:
     return int(str(predicted) == str(gold)), 1
 
 
-def compare_results(rows: list[Any], torch_results: list[dict[str, Any]], onnx_results: list[dict[str, Any]]) -> dict[str, Any]:
+def compare_results(
+    rows: list[Any], torch_results: list[dict[str, Any]], onnx_results: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The figures described in the module docstring, for results of the same inputs."""
     changed = sum(_discrete(a) != _discrete(b) for a, b in zip(torch_results, onnx_results, strict=True))
     gap = max((_float_gap(a, b) for a, b in zip(torch_results, onnx_results, strict=True)), default=0.0)
     gold: dict[str, Any] = {}
-    keys = {k for row, r in zip(rows, torch_results, strict=True) if isinstance(row, dict) for k in r.keys() & row.keys()}
+    keys = {
+        k for row, r in zip(rows, torch_results, strict=True) if isinstance(row, dict) for k in r.keys() & row.keys()
+    }
     for key in sorted(keys):
         counts = {"torch": [0, 0], "onnx": [0, 0]}
         echo = True
@@ -97,8 +101,12 @@ def compare_results(rows: list[Any], torch_results: list[dict[str, Any]], onnx_r
         if echo or not counts["torch"][1]:
             continue
         t, o = (counts[n][0] / counts[n][1] for n in ("torch", "onnx"))
-        gold[key] = {"torch": round(t, 6), "onnx": round(o, 6), "change_points": round(100 * (o - t), 4),
-                     "items": counts["torch"][1]}
+        gold[key] = {
+            "torch": round(t, 6),
+            "onnx": round(o, 6),
+            "change_points": round(100 * (o - t), 4),
+            "items": counts["torch"][1],
+        }
     return {"inputs": len(rows), "changed": changed, "max_score_diff": gap, "gold": gold}
 
 
@@ -124,7 +132,8 @@ def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
         f"Exported from `{info['exported_from']}` by `nlptasks export --onnx` ({info['exporter']}), opset "
         f"{info['opset']}, quantization **{info['quantize']}**; file sizes: {sizes}.",
         f"Inputs {', '.join(info['inputs'])} (dynamic batch and sequence); outputs "
-        + ", ".join(f"{k} {v}" for k, v in info["outputs"].items()) + ".",
+        + ", ".join(f"{k} {v}" for k, v in info["outputs"].items())
+        + ".",
         f"Graph check against torch: largest difference {info['check']['max_abs_diff']:.1e} at shapes "
         f"{info['check']['shapes']}.",
         "",
@@ -139,21 +148,43 @@ def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
         ]
         if measured["gold"]:
             lines += ["", "| field | torch | ONNX | change (points) |", "|---|---|---|---|"]
-            lines += [f"| {k} | {v['torch']:.4f} | {v['onnx']:.4f} | {v['change_points']:+.2f} |"
-                      for k, v in measured["gold"].items()]
+            lines += [
+                f"| {k} | {v['torch']:.4f} | {v['onnx']:.4f} | {v['change_points']:+.2f} |"
+                for k, v in measured["gold"].items()
+            ]
     else:
         lines.append(f"Not measured: {measured.get('note', 'no inputs')}.")
-    lines += ["", "## Use", "", "```bash", f"nlptasks infer --model {out} \"...\"   # ONNX Runtime, picked automatically",
-              "```", "", "```python", "import nlptasks", "", f"predict = nlptasks.load({str(out)!r})", "```", ""]
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```bash",
+        f'nlptasks infer --model {out} "..."   # ONNX Runtime, picked automatically',
+        "```",
+        "",
+        "```python",
+        "import nlptasks",
+        "",
+        f"predict = nlptasks.load({str(out)!r})",
+        "```",
+        "",
+    ]
     original = run_dir / "README.md"
     if original.exists():
         lines += ["---", "", "The card of the exported run follows.", "", original.read_text(encoding="utf-8")]
     return "\n".join(lines)
 
 
-def export_and_measure(run_dir: Path, out: Path, quantize: str = "none", opset: int = DEFAULT_OPSET,
-                       adapter: str | None = None, rows: int = 2000, max_drop: float = 1.0,
-                       int8_weights: str = "auto") -> tuple[dict[str, Any], list[str]]:
+def export_and_measure(
+    run_dir: Path,
+    out: Path,
+    quantize: str = "none",
+    opset: int = DEFAULT_OPSET,
+    adapter: str | None = None,
+    rows: int = 2000,
+    max_drop: float = 1.0,
+    int8_weights: str = "auto",
+) -> tuple[dict[str, Any], list[str]]:
     """Export, measure (:func:`measure`) and write the figures into ``OUT``'s manifest and card.
 
     Returns ``(manifest, warnings)``: a warning per gold accuracy that drops by more than
@@ -166,10 +197,14 @@ def export_and_measure(run_dir: Path, out: Path, quantize: str = "none", opset: 
     warnings = []
     for key, figures in measured.get("gold", {}).items():
         if -figures["change_points"] > max_drop:
-            warnings.append(f"{quantize} ONNX loses {-figures['change_points']:.2f} points of {key} accuracy on "
-                            f"{measured['file']} (torch {figures['torch']:.4f}, ONNX {figures['onnx']:.4f}); "
-                            f"--max-drop is {max_drop}")
+            warnings.append(
+                f"{quantize} ONNX loses {-figures['change_points']:.2f} points of {key} accuracy on "
+                f"{measured['file']} (torch {figures['torch']:.4f}, ONNX {figures['onnx']:.4f}); "
+                f"--max-drop is {max_drop}"
+            )
     if quantize == "none" and measured.get("changed"):
-        warnings.append(f"fp32 ONNX changes {measured['changed']} of {measured['inputs']} predictions "
-                        "(expected 0: please report it)")
+        warnings.append(
+            f"fp32 ONNX changes {measured['changed']} of {measured['inputs']} predictions "
+            "(expected 0: please report it)"
+        )
     return manifest, warnings

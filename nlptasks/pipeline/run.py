@@ -20,10 +20,10 @@ from nlptasks.engine.io.rundir import (
     mark_complete,
     run_dir_for,
     runs_base,
+    wrapped_io_error,
     write_error,
     write_json,
     write_text_atomic,
-    wrapped_io_error,
 )
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
@@ -115,7 +115,9 @@ def run(
         ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
     if distributed.world_size() > 1:
         ctx.manifest["distributed"] = {"world_size": distributed.world_size(), "backend": distributed.backend()}
-        ctx.log.info("distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend())
+        ctx.log.info(
+            "distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend()
+        )
 
     try:
         with library_progress_bars(progress):
@@ -129,8 +131,13 @@ def run(
         if io_error is None:
             raise
         raise write_error(io_error, output_dir) from None
-    return RunResult(output_dir=output_dir, metrics=metrics, seconds=seconds, manifest=manifest,
-                     usage=loaded.task.usage_for(manifest))
+    return RunResult(
+        output_dir=output_dir,
+        metrics=metrics,
+        seconds=seconds,
+        manifest=manifest,
+        usage=loaded.task.usage_for(manifest),
+    )
 
 
 def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any, Any]:
@@ -144,8 +151,10 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
             write_run_state(ctx.output_dir, loaded)  # the recipe hash that --resume checks
             write_text_atomic(
                 ctx.output_dir / "recipe.toml",
-                dump_toml(loaded.resolved(), header=f"Resolved recipe of this run (from {loaded.path}).\n"
-                                                    "Re-run: nlptasks run recipe.toml"),
+                dump_toml(
+                    loaded.resolved(),
+                    header=f"Resolved recipe of this run (from {loaded.path}).\nRe-run: nlptasks run recipe.toml",
+                ),
             )
 
     data = steps_1_to_4(ctx, hooks, after_setup=write_state)  # 1-4
@@ -157,8 +166,11 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
 
     assembly = assemble(ctx, hooks, data, progress)  # 5-6 now, 7-8b in assembly.build
     metrics, trainer = train_with_oom_fallback(  # 9
-        ctx, assembly.build, lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data),
-        assembly.kwargs, world_size(),
+        ctx,
+        assembly.build,
+        lambda trainer: hooks.nlptasks_train(ctx=ctx, trainer=trainer, data=data),
+        assembly.kwargs,
+        world_size(),
     )
     if getattr(getattr(trainer, "state", None), "global_step", 1) == 0:
         raise NlptasksError(
@@ -178,8 +190,14 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
 
 
 def save_run(
-    ctx: RunContext, host: Host, trainer: Any, metrics: dict[str, Any], seconds: float, loaded: LoadedRecipe,
-    hooks: Any = None, data: Any = None,
+    ctx: RunContext,
+    host: Host,
+    trainer: Any,
+    metrics: dict[str, Any],
+    seconds: float,
+    loaded: LoadedRecipe,
+    hooks: Any = None,
+    data: Any = None,
 ) -> dict[str, Any]:
     """Write the run's files, then ``COMPLETE`` last: a folder without it is never served.
     Returns the manifest.
@@ -231,12 +249,23 @@ def write_report(ctx: RunContext, hooks: Any, trainer: Any, data: Any, loaded: L
     curves = write_curves(history, out / report.CURVES, ctx.task.best_metric_for(ctx.options))
     sections = []
     if world_size() == 1:  # a hook may call trainer.predict, a collective step that rank 0 cannot take alone
-        sections = [s for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data, metrics=metrics)
-                    for s in (result or [])]
+        sections = [
+            s
+            for result in hooks.nlptasks_report(ctx=ctx, trainer=trainer, data=data, metrics=metrics)
+            for s in (result or [])
+        ]
     else:
         ctx.log.info("distributed run: the model card leaves out the task's own sections (nlptasks_report)")
-    card = report.model_card(out, manifest, metrics, (out / "recipe.toml").read_text(encoding="utf-8"),
-                             loaded.recipe.description, sections, curves, ctx.task.usage_for(manifest))
+    card = report.model_card(
+        out,
+        manifest,
+        metrics,
+        (out / "recipe.toml").read_text(encoding="utf-8"),
+        loaded.recipe.description,
+        sections,
+        curves,
+        ctx.task.usage_for(manifest),
+    )
     write_text_atomic(out / report.CARD, card)
 
 
@@ -270,7 +299,10 @@ def manifest_for(ctx: RunContext, host: Host, loaded: LoadedRecipe) -> dict[str,
         "plugins": plugins,
         "versions": {
             "python": platform.python_version(),
-            **{name: version(name) for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy", "peft")},
+            **{
+                name: version(name)
+                for name in ("nlptasks", "transformers", "torch", "datasets", "tokenizers", "pluggy", "peft")
+            },
         },
         **ctx.manifest,
     }

@@ -19,8 +19,6 @@ HALF = ("bf16", "fp16")
 FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 
 
-
-
 @dataclass
 class ParamInfo:
     name: str
@@ -120,9 +118,15 @@ def model_shape(model: Any, head_per_token: bool = True) -> ModelShape:
     intermediate = _config_value(config, "intermediate_size", "n_inner", "ffn_dim", default=None) or 4 * hidden
     below = [p for p in params if p.where == -1]
     embeddings = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
-    vocab = int(embeddings.weight.shape[0]) if embeddings is not None else int(_config_value(config, "vocab_size", default=0))
+    vocab = (
+        int(embeddings.weight.shape[0])
+        if embeddings is not None
+        else int(_config_value(config, "vocab_size", default=0))
+    )
     outputs = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
-    hidden_dropout = float(_config_value(config, "hidden_dropout_prob", "hidden_dropout", "resid_pdrop", "dropout", default=0.0))
+    hidden_dropout = float(
+        _config_value(config, "hidden_dropout_prob", "hidden_dropout", "resid_pdrop", "dropout", default=0.0)
+    )
     attention_dropout = float(
         _config_value(config, "attention_probs_dropout_prob", "attention_dropout", "attn_pdrop", default=0.0)
     )
@@ -337,7 +341,13 @@ def estimate(shape: ModelShape, s: Settings) -> Estimate:
     backward = activations + gradients if s.accumulation > 1 else max(activations, gradients)
     total = weights + optimizer + max(backward, gradients + temporaries)
     return Estimate(
-        weights=weights, gradients=gradients, optimizer=optimizer, activations=int(activations),
-        step_temporaries=temporaries, total=int(total), parameters=shape.total, trainable=shape.trainable,
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=int(activations),
+        step_temporaries=temporaries,
+        total=int(total),
+        parameters=shape.total,
+        trainable=shape.trainable,
         saved=int(saved),
     )

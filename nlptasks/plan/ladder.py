@@ -63,18 +63,43 @@ def ladder(recipe: Recipe, layers: int, device: str = "cpu", bitsandbytes: bool 
     frozen_note = "only the head trains"
     cut_note = f"inputs cut to {short} tokens"
     return [
-        Rung("baseline", f"baseline (bs{batch}, ga{recipe.train.gradient_accumulation_steps}, len {length})", "-",
-             no_peft, batch, recipe.train.gradient_accumulation_steps),
+        Rung(
+            "baseline",
+            f"baseline (bs{batch}, ga{recipe.train.gradient_accumulation_steps}, len {length})",
+            "-",
+            no_peft,
+            batch,
+            recipe.train.gradient_accumulation_steps,
+        ),
         Rung("accumulation", f"+ gradient accumulation ({acc})", "activations", accumulate, 1, effective),
         Rung("checkpointing", "+ gradient checkpointing", "activations", checkpoint, 1, effective),
-        Rung(optimizer, "+ 8-bit AdamW" if eight_bit else "+ Adafactor", "optimizer states",
-             cheap_optimizer, 1, effective),
-        Rung("freeze", f"+ freeze the body ({layers} layer{'s' if layers != 1 else ''}, embeddings)", "gradients, optimizer states",
-             freeze, 1, effective, frozen_note),
-        Rung("max_length", f"+ max length {short}", "activations", shorter, 1, effective,
-             f"{frozen_note}; {cut_note}"),
-        Rung("lora", "LoRA instead of freezing", "gradients, optimizer states", lora, 1, effective,
-             f"adapter only; {cut_note}"),
+        Rung(
+            optimizer,
+            "+ 8-bit AdamW" if eight_bit else "+ Adafactor",
+            "optimizer states",
+            cheap_optimizer,
+            1,
+            effective,
+        ),
+        Rung(
+            "freeze",
+            f"+ freeze the body ({layers} layer{'s' if layers != 1 else ''}, embeddings)",
+            "gradients, optimizer states",
+            freeze,
+            1,
+            effective,
+            frozen_note,
+        ),
+        Rung("max_length", f"+ max length {short}", "activations", shorter, 1, effective, f"{frozen_note}; {cut_note}"),
+        Rung(
+            "lora",
+            "LoRA instead of freezing",
+            "gradients, optimizer states",
+            lora,
+            1,
+            effective,
+            f"adapter only; {cut_note}",
+        ),
         Rung("qlora", "+ 4-bit base (QLoRA)", "weights", qlora, 1, effective, f"adapter only; {cut_note}"),
     ]
 

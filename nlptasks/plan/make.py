@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["Choice", "Plan", "PlanRow", "choose", "make_plan", "meta_model", "rung_model"]
 
 
-
 @dataclass
 class PlanRow:
     rung: Rung
@@ -185,7 +184,11 @@ class Choice:
     estimate: Estimate
 
     def overrides(self) -> list[str]:
-        sets = [o for o in self.row.rung.overrides if not o.startswith(("train.batch_size=", "train.gradient_accumulation_steps="))]
+        sets = [
+            o
+            for o in self.row.rung.overrides
+            if not o.startswith(("train.batch_size=", "train.gradient_accumulation_steps="))
+        ]
         if self.row.rung.name != "baseline" or self.micro_batch != self.row.rung.micro_batch:
             sets += [f"train.batch_size={self.micro_batch}", f"train.gradient_accumulation_steps={self.accumulation}"]
         return sets
@@ -209,4 +212,3 @@ def choose(plan: Plan, budget: int) -> Choice | None:
             if est.total <= budget:
                 return Choice(row, micro, effective // micro, est)
     return None
-

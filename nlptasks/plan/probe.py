@@ -104,7 +104,9 @@ class Meter:
         return (yield)
 
     @hookimpl(wrapper=True)
-    def nlptasks_trainer(self, ctx: Any, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
+    def nlptasks_trainer(
+        self, ctx: Any, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+    ) -> Any:
         from transformers import TrainerCallback
 
         trainer = yield
@@ -172,7 +174,10 @@ def _child(path: str, overrides: list[str], conn: Any) -> None:
             result = {"error": "out of memory"}
         else:
             lines = str(exc).strip().splitlines()
-            result = {"error": f"{type(exc).__name__}: {lines[0] if lines else ''}", "traceback": traceback.format_exc()}
+            result = {
+                "error": f"{type(exc).__name__}: {lines[0] if lines else ''}",
+                "traceback": traceback.format_exc(),
+            }
     conn.send(result)
     conn.close()
 

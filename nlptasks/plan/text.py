@@ -42,13 +42,25 @@ def table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
     widths = [max(len(h), *(len(r[c]) for r in rows)) if rows else len(h) for c, h in enumerate(headers)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        ).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
 def plan_text(plan: Plan, measured: dict[str, dict[str, Any]] | None = None, measure_label: str = "") -> str:
-    headers = ["rung", "targets", "batch", "params (trainable)", "weights", "grads", "optimizer", "activations", "total"]
+    headers = [
+        "rung",
+        "targets",
+        "batch",
+        "params (trainable)",
+        "weights",
+        "grads",
+        "optimizer",
+        "activations",
+        "total",
+    ]
     if measured is not None:
         headers.append(measure_label or "measured")
     headers.append("note")

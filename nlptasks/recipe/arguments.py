@@ -70,44 +70,62 @@ ARGUMENTS: dict[str, Argument] = {
     "num_train_epochs": Argument("train.epochs", lambda r, s: r.train.epochs),
     "max_steps": Argument("train.max_steps", lambda r, s: r.train.max_steps or -1),
     "per_device_train_batch_size": Argument("train.batch_size", lambda r, s: r.train.batch_size),
-    "per_device_eval_batch_size": Argument("train.eval_batch_size",
-                                           lambda r, s: r.train.eval_batch_size or 2 * r.train.batch_size),
+    "per_device_eval_batch_size": Argument(
+        "train.eval_batch_size", lambda r, s: r.train.eval_batch_size or 2 * r.train.batch_size
+    ),
     "learning_rate": Argument("train.learning_rate", lambda r, s: r.train.learning_rate),
     "weight_decay": Argument("train.weight_decay", lambda r, s: r.train.weight_decay),
     "warmup_steps": Argument("train.warmup", lambda r, s: r.train.warmup),
     "lr_scheduler_type": Argument("train.scheduler", lambda r, s: r.train.scheduler),
-    "gradient_accumulation_steps": Argument("train.gradient_accumulation_steps",
-                                            lambda r, s: r.train.gradient_accumulation_steps),
+    "gradient_accumulation_steps": Argument(
+        "train.gradient_accumulation_steps", lambda r, s: r.train.gradient_accumulation_steps
+    ),
     "eval_strategy": Argument("train.eval_strategy", lambda r, s: r.train.eval_strategy if s.evaluate else "no"),
     "eval_steps": Argument("train.eval_steps", lambda r, s: r.train.eval_steps),
     "logging_steps": Argument("train.logging_steps", lambda r, s: r.train.logging_steps),
     "load_best_model_at_end": Argument("train.keep_best", lambda r, s: s.keep_best(r)),
     "metric_for_best_model": Argument("train.best_metric", lambda r, s: s.best_metric if s.keep_best(r) else None),
-    "greater_is_better": Argument("train.best_metric (the task says which way each metric is better)",
-                                  lambda r, s: s.greater_is_better if s.keep_best(r) else None),
+    "greater_is_better": Argument(
+        "train.best_metric (the task says which way each metric is better)",
+        lambda r, s: s.greater_is_better if s.keep_best(r) else None,
+    ),
     "bf16": Argument("train.precision", lambda r, s: s.precision == "bf16"),
     "fp16": Argument("train.precision", lambda r, s: s.precision == "fp16"),
     "report_to": Argument("train.report_to", lambda r, s: list(r.train.report_to) or "none"),
-    "train_sampling_strategy": Argument("train.group_by_length",
-                                        lambda r, s: "group_by_length" if r.train.group_by_length else "random"),
+    "train_sampling_strategy": Argument(
+        "train.group_by_length", lambda r, s: "group_by_length" if r.train.group_by_length else "random"
+    ),
     "seed": Argument("seed", lambda r, s: r.seed),
-    "save_strategy": Argument("train.keep_best (saves at each evaluation) and output.checkpoint_steps",
-                              lambda r, s: r.train.eval_strategy if s.keep_best(r) else "no"),
+    "save_strategy": Argument(
+        "train.keep_best (saves at each evaluation) and output.checkpoint_steps",
+        lambda r, s: r.train.eval_strategy if s.keep_best(r) else "no",
+    ),
     "save_steps": Argument("output.checkpoint_steps", lambda r, s: r.train.eval_steps),
     # Every N steps a resumable checkpoint (the engine's guard, beside the best-model saves); the
     # Trainer saves optimizer, scheduler and RNG state only without save_only_model.
-    "save_total_limit": Argument("output.checkpoint_limit", lambda r, s: r.output.checkpoint_limit
-                                 if r.output.checkpoint_steps else (1 if s.keep_best(r) else None)),
-    "save_only_model": Argument("output.checkpoint_steps (resumable checkpoints when set)",
-                                lambda r, s: not r.output.checkpoint_steps),
+    "save_total_limit": Argument(
+        "output.checkpoint_limit",
+        lambda r, s: r.output.checkpoint_limit if r.output.checkpoint_steps else (1 if s.keep_best(r) else None),
+    ),
+    "save_only_model": Argument(
+        "output.checkpoint_steps (resumable checkpoints when set)", lambda r, s: not r.output.checkpoint_steps
+    ),
     "logging_nan_inf_filter": Argument("nlptasks (off: a NaN loss must show)", lambda r, s: False),
     "disable_tqdm": Argument("--no-progress", lambda r, s: not s.progress),
     "optim": Argument("optimize.optimizer", lambda r, s: s.optimizer, "if-default"),
-    "activation_checkpointing": Argument("optimize.gradient_checkpointing", lambda r, s: True, "if-default",
-                                         lambda r, s: r.optimize.gradient_checkpointing),
+    "activation_checkpointing": Argument(
+        "optimize.gradient_checkpointing",
+        lambda r, s: True,
+        "if-default",
+        lambda r, s: r.optimize.gradient_checkpointing,
+    ),
     # the key/value cache is useless in training and clashes with recomputation
-    "use_cache": Argument("optimize.gradient_checkpointing", lambda r, s: False, "if-default",
-                          lambda r, s: r.optimize.gradient_checkpointing),
+    "use_cache": Argument(
+        "optimize.gradient_checkpointing",
+        lambda r, s: False,
+        "if-default",
+        lambda r, s: r.optimize.gradient_checkpointing,
+    ),
     "tf32": Argument("optimize.tf32", lambda r, s: True, "if-default", lambda r, s: r.optimize.tf32),
     "torch_compile": Argument("optimize.compile", lambda r, s: True, "if-default", lambda r, s: r.optimize.compile),
     "dataloader_pin_memory": Argument("nlptasks (pinned memory with a CUDA GPU)", lambda r, s: s.cuda, "yes"),
@@ -116,8 +134,9 @@ ARGUMENTS: dict[str, Argument] = {
     # **kwargs, assuming it divides by the token count of all ranks; models whose loss is a plain mean
     # (sequence classification) then report, and train on, the loss times the world size.  Per-rank
     # means, averaged by DDP, are right for every model.
-    "average_tokens_across_devices": Argument("nlptasks (per-rank loss means in a distributed run)",
-                                              lambda r, s: False, "yes", lambda r, s: s.world_size > 1),
+    "average_tokens_across_devices": Argument(
+        "nlptasks (per-rank loss means in a distributed run)", lambda r, s: False, "yes", lambda r, s: s.world_size > 1
+    ),
 }
 """``TrainingArguments`` key → :class:`Argument`."""
 
@@ -129,8 +148,12 @@ ALIASES: dict[str, str] = {
 }
 """Older ``TrainingArguments`` names of keys in :data:`ARGUMENTS` (refused in ``train.extra`` alike)."""
 
-_OPTION_OF = {"optimize.optimizer": "optimizer", "optimize.gradient_checkpointing": "gradient_checkpointing",
-              "optimize.tf32": "tf32", "optimize.compile": "compile"}
+_OPTION_OF = {
+    "optimize.optimizer": "optimizer",
+    "optimize.gradient_checkpointing": "gradient_checkpointing",
+    "optimize.tf32": "tf32",
+    "optimize.compile": "compile",
+}
 
 
 def _row(key: str) -> Argument | None:
@@ -141,8 +164,11 @@ def training_arguments(recipe: Recipe, situation: Situation) -> dict[str, Any]:
     """Step 7's keywords: every row of :data:`ARGUMENTS` present for this recipe and situation,
     then ``train.extra`` (which may set only what the rows allow: checked by recipe validation and
     by :func:`optimize_conflicts`)."""
-    kwargs = {key: arg.value(recipe, situation) for key, arg in ARGUMENTS.items()
-              if arg.present is None or arg.present(recipe, situation)}
+    kwargs = {
+        key: arg.value(recipe, situation)
+        for key, arg in ARGUMENTS.items()
+        if arg.present is None or arg.present(recipe, situation)
+    }
     kwargs.update(recipe.train.extra)
     return kwargs
 
@@ -166,6 +192,10 @@ def optimize_conflicts(opt: OptimizeConfig, extra: dict[str, Any]) -> list[Probl
             continue
         option = _OPTION_OF[row.source]
         if getattr(opt, option) != getattr(defaults, option):
-            problems.append(Problem(f"train.extra.{key}", f"is also set by optimize.{option} = "
-                                    f"{getattr(opt, option)!r}; keep only optimize.{option}"))
+            problems.append(
+                Problem(
+                    f"train.extra.{key}",
+                    f"is also set by optimize.{option} = {getattr(opt, option)!r}; keep only optimize.{option}",
+                )
+            )
     return problems

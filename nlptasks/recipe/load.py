@@ -67,7 +67,8 @@ class LoadedRecipe:
             for key in list(peft):
                 owners = PEFT_METHOD_KEYS.get(key)
                 if (owners is not None and method not in owners) or (
-                        key in QUANT_4BIT_KEYS and peft.get("quantization") != "4bit"):
+                    key in QUANT_4BIT_KEYS and peft.get("quantization") != "4bit"
+                ):
                     del peft[key]
         return data
 
@@ -129,14 +130,10 @@ def problems_from(error: ValidationError, prefix: str = "", root: type[BaseModel
             message = err["msg"]
             if message.startswith("Value error, "):
                 message = message[len("Value error, ") :]
-            if kind not in {"value_error", "assertion_error"} and "input" in err and not isinstance(
-                err["input"], dict
-            ):
+            if kind not in {"value_error", "assertion_error"} and "input" in err and not isinstance(err["input"], dict):
                 message = f"{message} (got {err['input']!r})"
             problems.append(Problem(where, message))
     return problems
-
-
 
 
 _SCALAR_TAGS = {"bool", "int", "float", "str", "none", "dict", "list"}
@@ -215,8 +212,11 @@ def load_recipe(
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:
         reported = {p.where for p in problems}
-        problems += [p for p in problems_from(exc) if p.where != "options" and not p.where.startswith("options.")
-                     and p.where not in reported]
+        problems += [
+            p
+            for p in problems_from(exc)
+            if p.where != "options" and not p.where.startswith("options.") and p.where not in reported
+        ]
     problems += extra_problems(raw)
 
     # The task and its options, even when other sections have problems.
@@ -228,13 +228,20 @@ def load_recipe(
             spec = tasks[task_name]
         else:
             available = ", ".join(sorted(tasks)) or "none"
-            problems.append(Problem("task", f"no plugin provides task {task_name!r}{did_you_mean(task_name, tasks)}; "
-                                            f"available: {available}"))
+            problems.append(
+                Problem(
+                    "task",
+                    f"no plugin provides task {task_name!r}{did_you_mean(task_name, tasks)}; available: {available}",
+                )
+            )
     elif task_name is not None:
         problems = [p for p in problems if p.where != "task"]
         problems.append(
-            Problem("task", f"must be a task name in quotes, e.g. task = \"cls\" (got {task_name!r}); "
-                    f"tasks: {', '.join(sorted(tasks)) or 'none installed'}")
+            Problem(
+                "task",
+                f'must be a task name in quotes, e.g. task = "cls" (got {task_name!r}); '
+                f"tasks: {', '.join(sorted(tasks)) or 'none installed'}",
+            )
         )
     raw_options = raw.get("options", {})
     if spec is not None:
@@ -247,8 +254,9 @@ def load_recipe(
                 options = spec.options.model_validate(raw_options)
             except ValidationError as exc:
                 reported = {p.where for p in values}
-                problems += [p for p in problems_from(exc, prefix="options", root=spec.options)
-                             if p.where not in reported]
+                problems += [
+                    p for p in problems_from(exc, prefix="options", root=spec.options) if p.where not in reported
+                ]
 
     problems += peft_problems(raw, spec, options)
     problems += optimize_problems(raw)
@@ -328,8 +336,13 @@ def _missing_files(recipe: Recipe) -> list[Problem]:
             problems.append(Problem(key, f"file not found: {value}"))
         elif path.is_dir():
             if not any((path / name).is_file() for name in ("state.json", "dataset_dict.json")):
-                problems.append(Problem(key, f"{value} is a folder, and not one Dataset.save_to_disk wrote; "
-                                             "give a data file (.csv, .tsv, .json, .jsonl)"))
+                problems.append(
+                    Problem(
+                        key,
+                        f"{value} is a folder, and not one Dataset.save_to_disk wrote; "
+                        "give a data file (.csv, .tsv, .json, .jsonl)",
+                    )
+                )
         elif not path.is_file():
             problems.append(Problem(key, f"{value} is not a regular file (a device, a pipe or a socket)"))
     name = recipe.model.name_or_path
@@ -364,5 +377,3 @@ def recipe_json_schema(tasks: Mapping[str, TaskSpec]) -> dict[str, Any]:
         schema["allOf"] = branches
     schema["title"] = "nlptasks recipe"
     return schema
-
-

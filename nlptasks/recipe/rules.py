@@ -89,14 +89,19 @@ def peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseModel
                 )
             )
         if key in QUANT_4BIT_KEYS and section.get("quantization") != "4bit":
-            problems.append(Problem(f"peft.{key}", "applies only with peft.quantization = \"4bit\""))
+            problems.append(Problem(f"peft.{key}", 'applies only with peft.quantization = "4bit"'))
     target, feedforward = section.get("target_modules"), section.get("feedforward_modules")
     if method == "ia3" and isinstance(target, list) and isinstance(feedforward, list):
         outside = [m for m in feedforward if m not in target]
         if outside:
-            problems.append(Problem("peft.feedforward_modules", f"{', '.join(map(repr, outside))} not among "
-                                    f"peft.target_modules ({', '.join(map(repr, target))}): ia3 scales feed-forward "
-                                    "modules only among its targets (peft could not load the adapter back)"))
+            problems.append(
+                Problem(
+                    "peft.feedforward_modules",
+                    f"{', '.join(map(repr, outside))} not among "
+                    f"peft.target_modules ({', '.join(map(repr, target))}): ia3 scales feed-forward "
+                    "modules only among its targets (peft could not load the adapter back)",
+                )
+            )
     if spec is None or options is None:
         return problems
     task_type = spec.peft_task_type_for(options)
@@ -214,22 +219,35 @@ def extra_problems(raw: dict[str, Any]) -> list[Problem]:
     model = raw.get("model")
     scratch = model.get("scratch") if isinstance(model, dict) else None
     tables = [
-        ("train.extra", train.get("extra") if isinstance(train, dict) else None, shadowed_by,
-         "train.extra is for the TrainingArguments the recipe has no key for"),
-        ("model.scratch.extra", scratch.get("extra") if isinstance(scratch, dict) else None, _scratch_shadow(scratch),
-         "model.scratch.extra is for the config values the recipe has no key for"),
+        (
+            "train.extra",
+            train.get("extra") if isinstance(train, dict) else None,
+            shadowed_by,
+            "train.extra is for the TrainingArguments the recipe has no key for",
+        ),
+        (
+            "model.scratch.extra",
+            scratch.get("extra") if isinstance(scratch, dict) else None,
+            _scratch_shadow(scratch),
+            "model.scratch.extra is for the config values the recipe has no key for",
+        ),
     ]
     return [
         Problem(f"{where}.{key}", f"is set by {source}: set it there ({purpose})")
-        for where, extra, shadow, purpose in tables if isinstance(extra, dict)
-        for key in extra if (source := shadow(key))
+        for where, extra, shadow, purpose in tables
+        if isinstance(extra, dict)
+        for key in extra
+        if (source := shadow(key))
     ]
 
 
 def _numbers_only(annotation: Any) -> bool:
     """Whether a field takes numbers and not booleans (``int``, ``float``, ``int | None``...)."""
-    args = typing.get_args(annotation) if isinstance(annotation, types.UnionType) or \
-        typing.get_origin(annotation) is typing.Union else (annotation,)
+    args = (
+        typing.get_args(annotation)
+        if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+        else (annotation,)
+    )
     kinds = {a for a in args if a is not type(None)}
     return bool(kinds) and kinds <= {int, float}
 

@@ -74,9 +74,7 @@ DataFormat = Literal["auto", "csv", "json", "jsonl", "disk"]
 class DataConfig(Section):
     """Where the data comes from: local files, a ``save_to_disk`` folder, or a hub dataset."""
 
-    train: str | None = Field(
-        None, description="Training file (csv, json, jsonl) or a datasets save_to_disk folder."
-    )
+    train: str | None = Field(None, description="Training file (csv, json, jsonl) or a datasets save_to_disk folder.")
     validation: str | None = Field(None, description="Validation file (same format as train).")
     test: str | None = Field(None, description="Test file (same format as train).")
     hub: str | None = Field(
@@ -92,9 +90,7 @@ class DataConfig(Section):
     max_train_rows: int | None = Field(
         None, ge=1, description="Use only the first N training rows (quick experiments)."
     )
-    max_eval_rows: int | None = Field(
-        None, ge=1, description="Use only the first N rows of validation and of test."
-    )
+    max_eval_rows: int | None = Field(None, ge=1, description="Use only the first N rows of validation and of test.")
 
     @field_validator("train", "validation", "test", "hub", "hub_config", mode="before")
     @classmethod
@@ -127,23 +123,32 @@ class ScratchConfig(Section):
         description="Vocabulary built from the training texts: 'char' (one token per character; "
         "Chinese), 'wordpiece' or 'bpe' (sub-words; English).",
     )
-    vocab_size: int = Field(
-        8000, ge=16, description="Largest vocabulary to build (special tokens included)."
-    )
+    vocab_size: int = Field(8000, ge=16, description="Largest vocabulary to build (special tokens included).")
     min_frequency: int = Field(2, ge=1, description="Keep tokens seen at least this many times.")
     lowercase: bool = Field(False, description="Lower-case texts before building the vocabulary.")
     layers: int = Field(
-        2, ge=1, description="Number of transformer layers, in the encoder and in the decoder (every layer count "
-        "the architecture has: T5's num_layers and num_decoder_layers, BART's encoder_layers and decoder_layers...)."
+        2,
+        ge=1,
+        description="Number of transformer layers, in the encoder and in the decoder (every layer count "
+        "the architecture has: T5's num_layers and num_decoder_layers, BART's encoder_layers and decoder_layers...).",
     )
-    hidden: int = Field(256, ge=8, description="Hidden size (hidden_size, d_model, n_embd..., whatever the "
-                        "architecture calls it); each head's size is hidden / heads.")
+    hidden: int = Field(
+        256,
+        ge=8,
+        description="Hidden size (hidden_size, d_model, n_embd..., whatever the "
+        "architecture calls it); each head's size is hidden / heads.",
+    )
     heads: int = Field(4, ge=1, description="Attention heads (must divide hidden), in the encoder and the decoder.")
-    intermediate: int = Field(1024, ge=8, description="Feed-forward size, in the encoder and the decoder "
-                              "(intermediate_size, d_ff, encoder_ffn_dim and decoder_ffn_dim, n_inner...).")
+    intermediate: int = Field(
+        1024,
+        ge=8,
+        description="Feed-forward size, in the encoder and the decoder "
+        "(intermediate_size, d_ff, encoder_ffn_dim and decoder_ffn_dim, n_inner...).",
+    )
     extra: dict[str, Any] = Field(
-        default_factory=dict, description="Further config keys passed to transformers' AutoConfig (not the sizes the "
-        "keys above set, under any of their names; a size field they cannot set must be given here)."
+        default_factory=dict,
+        description="Further config keys passed to transformers' AutoConfig (not the sizes the "
+        "keys above set, under any of their names; a size field they cannot set must be given here).",
     )
 
     @model_validator(mode="after")
@@ -156,9 +161,7 @@ class ScratchConfig(Section):
 class ModelConfig(Section):
     """The model: a pretrained one (hub id or folder) or one built from scratch."""
 
-    name_or_path: str | None = Field(
-        None, description="Hub model id (e.g. 'hfl/rbt3') or a local model folder."
-    )
+    name_or_path: str | None = Field(None, description="Hub model id (e.g. 'hfl/rbt3') or a local model folder.")
     scratch: ScratchConfig | None = Field(
         None, description="Build a model from a config instead (see [model.scratch])."
     )
@@ -246,7 +249,9 @@ class PeftConfig(Section):
         "'classifier', is added by peft for classification tasks).",
     )
     num_virtual_tokens: int = Field(
-        20, ge=1, description="prefix, p_tuning, prompt: number of virtual tokens (they count against model.max_length)."
+        20,
+        ge=1,
+        description="prefix, p_tuning, prompt: number of virtual tokens (they count against model.max_length).",
     )
     prefix_projection: bool = Field(
         False, description="prefix: compute the prefixes with a two-layer MLP (more parameters, often more stable)."
@@ -296,24 +301,24 @@ class TrainConfig(Section):
     )
     eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (with eval_strategy = 'steps').")
     logging_steps: int = Field(50, ge=1, description="Log the training loss every N steps.")
-    keep_best: bool = Field(
-        True, description="Keep the checkpoint with the best validation metric, not the last one."
-    )
+    keep_best: bool = Field(True, description="Keep the checkpoint with the best validation metric, not the last one.")
     best_metric: str | None = Field(
         None, description="Metric that picks the best checkpoint (default: the task's, e.g. 'accuracy')."
     )
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="'auto': bf16 on GPUs that support it, fp16 on older GPUs; on a CPU, bf16 autocast for a "
+        "auto",
+        description="'auto': bf16 on GPUs that support it, fp16 on older GPUs; on a CPU, bf16 autocast for a "
         "pretrained model (model.name_or_path) where the CPU computes in bf16 natively (AVX-512 BF16 or AMX), else "
-        "fp32 (models built from scratch stay fp32: measured no faster and less accurate in bf16)."
+        "fp32 (models built from scratch stay fp32: measured no faster and less accurate in bf16).",
     )
     padding: Literal["dynamic", "max_length"] = Field(
         "dynamic", description="Pad each batch to its longest example ('dynamic') or to model.max_length."
     )
     group_by_length: bool = Field(
-        False, description="Draw training batches of similar lengths, in random order (less padding, faster: 2.1x "
+        False,
+        description="Draw training batches of similar lengths, in random order (less padding, faster: 2.1x "
         "the samples/s of random batches on SST-2 here, where our recipes turn it on); off by default: on tasks whose "
-        "examples have nearly one length (windowed QA) it gains little and can cost accuracy."
+        "examples have nearly one length (windowed QA) it gains little and can cost accuracy.",
     )
     sort_eval_by_length: bool = Field(
         True,
@@ -322,7 +327,7 @@ class TrainConfig(Section):
     )
     report_to: list[Literal["tensorboard"]] = Field(
         default_factory=list,
-        description="Experiment trackers to log to: [\"tensorboard\"] writes event files to <run>/tensorboard "
+        description='Experiment trackers to log to: ["tensorboard"] writes event files to <run>/tensorboard '
         "(needs the tensorboard package). Default: none.",
     )
     extra: dict[str, Any] = Field(
@@ -336,8 +341,10 @@ class TrainConfig(Section):
         import importlib.util
 
         if "tensorboard" in value and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
-            raise ValueError("the tensorboard package is not installed: pip install tensorboard "
-                             "(or leave 'tensorboard' out of train.report_to)")
+            raise ValueError(
+                "the tensorboard package is not installed: pip install tensorboard "
+                "(or leave 'tensorboard' out of train.report_to)"
+            )
         return list(dict.fromkeys(value))
 
     @model_validator(mode="after")
@@ -345,11 +352,15 @@ class TrainConfig(Section):
         if self.eval_strategy == "steps" and self.eval_steps is None:
             raise ValueError("train.eval_strategy = 'steps' needs train.eval_steps")
         if self.eval_steps is not None and self.eval_strategy != "steps":
-            raise ValueError(f"train.eval_steps applies only with eval_strategy = 'steps' (it is {self.eval_strategy!r}): "
-                             "set train.eval_strategy = 'steps', or remove eval_steps")
+            raise ValueError(
+                f"train.eval_steps applies only with eval_strategy = 'steps' (it is {self.eval_strategy!r}): "
+                "set train.eval_strategy = 'steps', or remove eval_steps"
+            )
         if self.keep_best and self.eval_strategy == "no" and "keep_best" in self.model_fields_set:
-            raise ValueError("train.keep_best = true needs evaluations, but eval_strategy = 'no': the last weights "
-                             "would be kept; set train.eval_strategy, or keep_best = false")
+            raise ValueError(
+                "train.keep_best = true needs evaluations, but eval_strategy = 'no': the last weights "
+                "would be kept; set train.eval_strategy, or keep_best = false"
+            )
         return self
 
 
@@ -392,7 +403,8 @@ class OptimizeConfig(Section):
         description="Regular expressions on parameter names (re.search) to freeze as well, e.g. ['pooler'].",
     )
     tf32: bool = Field(
-        False, description="TensorFloat-32 matrix products on Ampere or newer GPUs (TrainingArguments.tf32; CUDA GPU only)."
+        False,
+        description="TensorFloat-32 matrix products on Ampere or newer GPUs (TrainingArguments.tf32; CUDA GPU only).",
     )
     attention: Literal["auto", "sdpa", "eager"] = Field(
         "auto",
@@ -446,6 +458,7 @@ class OutputConfig(Section):
                 "runs go to <output.dir>/<task>/<run_name>"
             )
         return value
+
     checkpoint_steps: int | None = Field(
         None,
         ge=1,
@@ -479,12 +492,8 @@ class Recipe(Section):
     peft: PeftConfig | None = Field(
         None, description="Train an adapter on a frozen base instead of the whole model (see [peft], docs/peft.md)."
     )
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="Task options, validated by the task's plugin."
-    )
+    options: dict[str, Any] = Field(default_factory=dict, description="Task options, validated by the task's plugin.")
     tune: TuneConfig | None = Field(
         None,
-        description="Hyperparameter search for `nlptasks tune` (see [tune], docs/tune.md); `nlptasks run` "
-        "ignores it.",
+        description="Hyperparameter search for `nlptasks tune` (see [tune], docs/tune.md); `nlptasks run` ignores it.",
     )
-

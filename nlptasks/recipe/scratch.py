@@ -41,19 +41,48 @@ __all__ = [
 
 SIZE_FIELDS: dict[str, tuple[str, ...]] = {
     "layers": (
-        "num_hidden_layers", "num_layers", "n_layer", "n_layers", "layers", "encoder_layers", "decoder_layers",
-        "num_encoder_layers", "num_decoder_layers", "encoder_num_hidden_layers", "decoder_num_hidden_layers",
-        "encoder_num_layers", "decoder_num_layers",
+        "num_hidden_layers",
+        "num_layers",
+        "n_layer",
+        "n_layers",
+        "layers",
+        "encoder_layers",
+        "decoder_layers",
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "encoder_num_hidden_layers",
+        "decoder_num_hidden_layers",
+        "encoder_num_layers",
+        "decoder_num_layers",
     ),
     "hidden": ("hidden_size", "d_model", "n_embd", "emb_dim"),
     "heads": (
-        "num_attention_heads", "num_heads", "n_head", "n_heads", "attention_heads", "encoder_attention_heads",
-        "decoder_attention_heads", "num_encoder_attention_heads", "num_decoder_attention_heads",
-        "encoder_num_attention_heads", "decoder_num_attention_heads", "encoder_num_heads", "decoder_num_heads",
+        "num_attention_heads",
+        "num_heads",
+        "n_head",
+        "n_heads",
+        "attention_heads",
+        "encoder_attention_heads",
+        "decoder_attention_heads",
+        "num_encoder_attention_heads",
+        "num_decoder_attention_heads",
+        "encoder_num_attention_heads",
+        "decoder_num_attention_heads",
+        "encoder_num_heads",
+        "decoder_num_heads",
     ),
     "intermediate": (
-        "intermediate_size", "d_ff", "n_inner", "d_inner", "ffn_dim", "ffn_hidden_size", "dim_ff", "encoder_ffn_dim",
-        "decoder_ffn_dim", "encoder_intermediate_size", "decoder_intermediate_size",
+        "intermediate_size",
+        "d_ff",
+        "n_inner",
+        "d_inner",
+        "ffn_dim",
+        "ffn_hidden_size",
+        "dim_ff",
+        "encoder_ffn_dim",
+        "decoder_ffn_dim",
+        "encoder_intermediate_size",
+        "decoder_intermediate_size",
     ),
 }
 """``[model.scratch]`` key → the config fields (in any architecture that has them) it sets."""
@@ -67,17 +96,34 @@ feed-forward size, a hidden size elsewhere): architecture → field → ``[model
 DERIVED_FIELDS: dict[str, tuple[str, ...]] = {
     "head size (hidden / heads)": ("head_dim", "d_kv", "d_head", "dim_head", "attention_head_size"),
     "key/value heads (= heads)": (
-        "num_key_value_heads", "num_kv_heads", "encoder_num_key_value_heads", "decoder_num_key_value_heads",
+        "num_key_value_heads",
+        "num_kv_heads",
+        "encoder_num_key_value_heads",
+        "decoder_num_key_value_heads",
     ),
 }
 """Fields that follow from the sizes; ``model.scratch.extra`` may set them otherwise (fewer
 key/value heads for grouped-query attention, say)."""
 
-NOT_SIZES = frozenset({
-    "max_window_layers", "num_mtp_layers", "num_nextn_predict_layers", "first_k_dense_replace", "num_dense_layers",
-    "vision_feature_layer", "num_kv_shared_layers", "global_attn_every_n_layers", "mlp_only_layers", "no_rope_layers", "moe_layers",
-    "cross_attention_layers", "full_attention_interval", "no_rope_layer_interval", "layer_norm_eps",
-})
+NOT_SIZES = frozenset(
+    {
+        "max_window_layers",
+        "num_mtp_layers",
+        "num_nextn_predict_layers",
+        "first_k_dense_replace",
+        "num_dense_layers",
+        "vision_feature_layer",
+        "num_kv_shared_layers",
+        "global_attn_every_n_layers",
+        "mlp_only_layers",
+        "no_rope_layers",
+        "moe_layers",
+        "cross_attention_layers",
+        "full_attention_interval",
+        "no_rope_layer_interval",
+        "layer_norm_eps",
+    }
+)
 """Integer fields named like sizes that are not sizes of the model's layers (which layers do
 something, a count of extra heads for speculative decoding...): never reported as unmapped."""
 
@@ -143,8 +189,12 @@ def size_fields_of(architecture: str) -> dict[str, list[str]]:
         key = _recipe_key(name, architecture) or next((d for d, names in DERIVED_FIELDS.items() if name in names), None)
         if key:
             found.setdefault(key, []).append(name)
-    standard = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-                "intermediate": "intermediate_size"}
+    standard = {
+        "layers": "num_hidden_layers",
+        "hidden": "hidden_size",
+        "heads": "num_attention_heads",
+        "intermediate": "intermediate_size",
+    }
     for key, name in standard.items():
         target = aliases.get(name)
         if target and target in fields and target not in found.get(key, []):
@@ -160,15 +210,20 @@ def size_key(architecture: str, field: str) -> str | None:
     ``attribute_map`` aliases to a standard size counts too: DeepSeek-V4's ``moe_intermediate_size``
     is its ``intermediate_size``); ``None`` for any other field.  :func:`scratch_shadow` answers
     from the tables alone, for recipe validation without transformers."""
-    return next((key for key, names in size_fields_of(architecture).items() if key in SIZE_FIELDS and field in names),
-                None)
+    return next(
+        (key for key, names in size_fields_of(architecture).items() if key in SIZE_FIELDS and field in names), None
+    )
 
 
 def scratch_values(architecture: str, scratch: Any) -> dict[str, Any]:
     """Config values for ``architecture`` from a ``[model.scratch]`` table: every field of
     :func:`size_fields_of`, encoder's and decoder's (the extra table not applied)."""
-    values = {"layers": scratch.layers, "hidden": scratch.hidden, "heads": scratch.heads,
-              "intermediate": scratch.intermediate}
+    values = {
+        "layers": scratch.layers,
+        "hidden": scratch.hidden,
+        "heads": scratch.heads,
+        "intermediate": scratch.intermediate,
+    }
     derived = dict(zip(DERIVED_FIELDS, (scratch.hidden // scratch.heads, scratch.heads), strict=True))
     out: dict[str, Any] = {}
     for key, names in size_fields_of(architecture).items():
@@ -187,7 +242,8 @@ def unmapped_size_fields(architecture: str) -> dict[str, Any]:
     cls = CONFIG_MAPPING[architecture]
     mapped = {name for names in size_fields_of(architecture).values() for name in names}
     return {
-        name: default for name, default in config_fields(architecture).items()
+        name: default
+        for name, default in config_fields(architecture).items()
         if name not in mapped and name not in NOT_SIZES and _SIZE_LIKE.search(name) and _int_field(cls, name, default)
     }
 

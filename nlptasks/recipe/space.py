@@ -50,18 +50,21 @@ def quote_space_keys(problems: list[Problem], raw: dict[str, Any]) -> list[Probl
         if not p.where.startswith("tune.space."):
             out.append(p)
             continue
-        rest = p.where[len("tune.space."):]
+        rest = p.where[len("tune.space.") :]
         key = next((k for k in keys if rest == k or rest.startswith(k + ".")), None)
         if key is None:
             out.append(p)
             continue
-        inner = rest[len(key) + 1:]
+        inner = rest[len(key) + 1 :]
         where = f'tune.space."{key}"' + (f".{inner}" if inner else "")
         message = p.message
         if inner and message.startswith("unknown key") and "did you mean" not in message:
             hint = did_you_mean(inner, TuneDistribution.model_fields)
-            message = f"unknown key{hint}" if hint else \
-                f"unknown key; allowed keys: {', '.join(TuneDistribution.model_fields)}"
+            message = (
+                f"unknown key{hint}"
+                if hint
+                else f"unknown key; allowed keys: {', '.join(TuneDistribution.model_fields)}"
+            )
         out.append(Problem(where, message))
     return out
 
@@ -87,8 +90,12 @@ def tune_metric_problems(recipe: Recipe, spec: TaskSpec, options: BaseModel) -> 
     declared = spec.metrics(options) if callable(spec.metrics) else spec.metrics
     if objective is None or not declared or spec.knows_metric(objective, options):
         return []
-    return [Problem("tune.objective", f"{objective!r} is not a metric of task {spec.name!r}; its metrics: "
-                                      f"{', '.join(spec.metrics_for(options))}")]
+    return [
+        Problem(
+            "tune.objective",
+            f"{objective!r} is not a metric of task {spec.name!r}; its metrics: {', '.join(spec.metrics_for(options))}",
+        )
+    ]
 
 
 def space_values(dist: TuneDistribution) -> list[Any]:
@@ -113,13 +120,19 @@ def space_problems(recipe: Recipe, check: Check) -> list[Problem]:
         where = f'tune.space."{key}"'
         parts = [p.strip() for p in key.split(".")]
         if not all(parts) or not re.fullmatch(r"[\w.\- ]+", key):
-            problems.append(Problem(where, "not a key path: write recipe keys as table.key, e.g. "
-                                           "\"train.learning_rate\""))
+            problems.append(
+                Problem(where, 'not a key path: write recipe keys as table.key, e.g. "train.learning_rate"')
+            )
             continue
         if parts[0] in FORBIDDEN_SPACE_KEYS:
-            problems.append(Problem(where, f"{parts[0]!r} cannot be searched (the task, the [tune] table and "
-                                           "[output] are the study's own); search training keys such as "
-                                           "train.learning_rate"))
+            problems.append(
+                Problem(
+                    where,
+                    f"{parts[0]!r} cannot be searched (the task, the [tune] table and "
+                    "[output] are the study's own); search training keys such as "
+                    "train.learning_rate",
+                )
+            )
             continue
         seen: set[str] = set()
         for value in space_values(dist):
@@ -138,8 +151,11 @@ def _said(problem: Problem, key: str, value: Any) -> str:
     message = problem.message
     if problem.where == key and message.startswith("unknown key"):
         parent = key.rpartition(".")[0]
-        message = re.sub(r"did you mean '([^']+)'", lambda m: f"did you mean '{parent}.{m.group(1)}'"
-                         if parent else m.group(0), message)
+        message = re.sub(
+            r"did you mean '([^']+)'",
+            lambda m: f"did you mean '{parent}.{m.group(1)}'" if parent else m.group(0),
+            message,
+        )
         return f"{message}: no such recipe key"
     shown = f"{value!r}" if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
     if problem.where in (key, ""):

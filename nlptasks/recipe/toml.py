@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from nlptasks.errors import NlptasksError, Problem, RecipeError
 
@@ -65,12 +66,15 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise NlptasksError(f"{path}: is a folder, not a recipe file") from None
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise RecipeError(str(path), [Problem(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}): "
-                                              "save the recipe as UTF-8")]) from None
+        raise RecipeError(
+            str(path),
+            [Problem(f"line {line}", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}): save the recipe as UTF-8")],
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(str(path), [Problem("", f"not valid TOML: {exc}")]) from None
+
 
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):

@@ -90,13 +90,15 @@ class TuneConfig(Section):
     )
     space: dict[str, TuneDistribution] = Field(
         description="The search space: recipe key path → distribution (see [tune.space]), e.g. "
-        "\"train.learning_rate\" = { low = 1e-5, high = 1e-3, log = true }.",
+        '"train.learning_rate" = { low = 1e-5, high = 1e-3, log = true }.',
     )
 
     @field_validator("space")
     @classmethod
     def _not_empty(cls, value: dict[str, TuneDistribution]) -> dict[str, TuneDistribution]:
         if not value:
-            raise ValueError("empty: name at least one recipe key to search, e.g. "
-                             "\"train.learning_rate\" = { low = 1e-5, high = 1e-3, log = true }")
+            raise ValueError(
+                "empty: name at least one recipe key to search, e.g. "
+                '"train.learning_rate" = { low = 1e-5, high = 1e-3, log = true }'
+            )
         return value

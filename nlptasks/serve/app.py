@@ -38,9 +38,11 @@ __all__ = ["PredictRequest", "PredictResponse", "create_app", "predict"]
 
 log = logging.getLogger("nlptasks.serve")
 
-INPUTS_HELP = ("The inputs, as `nlptasks infer` and `nlptasks.load(run)` take them: texts, or objects with the "
-               "task's fields (the columns of its data, e.g. {\"text_a\": ..., \"text_b\": ...} for a pair), or "
-               "a list of the field texts of one input; a text may also hold the fields separated by TABs.")
+INPUTS_HELP = (
+    "The inputs, as `nlptasks infer` and `nlptasks.load(run)` take them: texts, or objects with the "
+    'task\'s fields (the columns of its data, e.g. {"text_a": ..., "text_b": ...} for a pair), or '
+    "a list of the field texts of one input; a text may also hold the fields separated by TABs."
+)
 
 
 class PredictRequest(BaseModel):
@@ -53,8 +55,9 @@ class PredictRequest(BaseModel):
 class PredictResponse(BaseModel):
     """The answer of ``POST /v1/predict/{name}``."""
 
-    outputs: list[dict[str, Any]] = Field(description="One object per input, in order: what `nlptasks infer` "
-                                                      "prints for it.")
+    outputs: list[dict[str, Any]] = Field(
+        description="One object per input, in order: what `nlptasks infer` prints for it."
+    )
 
 
 def create_app(state: ServerState) -> Any:
@@ -80,23 +83,38 @@ def create_app(state: ServerState) -> Any:
         for served in state.models.values():
             await served.batcher.stop()
 
-    app = FastAPI(title="nlptasks serve", version=__version__, lifespan=lifespan,
-                  description=_description(state))
+    app = FastAPI(title="nlptasks serve", version=__version__, lifespan=lifespan, description=_description(state))
 
-    errors = {code: {"description": text} for code, text in (
-        (400, "the request cannot be served as sent (the message names the field)"),
-        (401, "missing or wrong API key"), (404, "no model of that name is served"), (413, "the body is too large"),
-        (503, "the queue is full: try again after Retry-After seconds"), (504, "no answer within the timeout"))}
+    errors = {
+        code: {"description": text}
+        for code, text in (
+            (400, "the request cannot be served as sent (the message names the field)"),
+            (401, "missing or wrong API key"),
+            (404, "no model of that name is served"),
+            (413, "the body is too large"),
+            (503, "the queue is full: try again after Retry-After seconds"),
+            (504, "no answer within the timeout"),
+        )
+    }
 
-    @app.post("/v1/predict/{name}", response_model=PredictResponse, responses=errors, tags=["predict"],
-              summary="Predict with a served run")
+    @app.post(
+        "/v1/predict/{name}",
+        response_model=PredictResponse,
+        responses=errors,
+        tags=["predict"],
+        summary="Predict with a served run",
+    )
     async def predict_route(name: str, body: PredictRequest, request: Request) -> Any:
         """One object per input, in order: exactly what `nlptasks infer` prints for the same inputs."""
         served = _served(state, name)
         if len(body.inputs) > state.settings.max_inputs:
-            raise ApiError(400, f"inputs: {len(body.inputs)} inputs, more than the limit of "
-                           f"{state.settings.max_inputs} per request (--max-inputs); split them into several "
-                           "requests", "inputs")
+            raise ApiError(
+                400,
+                f"inputs: {len(body.inputs)} inputs, more than the limit of "
+                f"{state.settings.max_inputs} per request (--max-inputs); split them into several "
+                "requests",
+                "inputs",
+            )
         outputs = await predict(served, body.inputs, request)
         return JSONResponse({"outputs": outputs})
 
@@ -108,8 +126,12 @@ def create_app(state: ServerState) -> Any:
     async def health_route() -> Any:
         return {"status": "ok", "models": list(state.models)}
 
-    @app.get("/metrics", tags=["server"], response_class=PlainTextResponse,
-             summary="Requests, batch sizes, latency quantiles and queue lengths (Prometheus text format)")
+    @app.get(
+        "/metrics",
+        tags=["server"],
+        response_class=PlainTextResponse,
+        summary="Requests, batch sizes, latency quantiles and queue lengths (Prometheus text format)",
+    )
     async def metrics_route() -> Any:
         return PlainTextResponse(state.metrics.render(state), media_type=CONTENT_TYPE)
 
@@ -210,31 +232,50 @@ def _input_error(exc: DataError) -> ApiError:
 def _one_line_500(exc: BaseException) -> dict[str, Any]:
     from nlptasks.serve.errors import error_body
 
-    return error_body(500, f"the server failed on this request: {type(exc).__name__}: {first_line(exc)} "
-                      "(the server's log has the traceback)")
+    return error_body(
+        500,
+        f"the server failed on this request: {type(exc).__name__}: {first_line(exc)} "
+        "(the server's log has the traceback)",
+    )
 
 
 def _served(state: ServerState, name: str) -> ServedModel:
     served = state.models.get(name)
     if served is None:
-        raise ApiError(404, f"no model {name!r} is served here; served: {', '.join(state.models) or 'none'} "
-                       "(GET /v1/models lists them)", "name")
+        raise ApiError(
+            404,
+            f"no model {name!r} is served here; served: {', '.join(state.models) or 'none'} "
+            "(GET /v1/models lists them)",
+            "name",
+        )
     return served
 
 
 def _model_card(served: ServedModel) -> dict[str, Any]:
     complete = served.run_dir / "COMPLETE"
     created = int(complete.stat().st_mtime) if complete.exists() else 0
-    return {"id": served.name, "object": "model", "created": created, "owned_by": "nlptasks", "task": served.task,
-            "can_chat": served.can_chat}
+    return {
+        "id": served.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "nlptasks",
+        "task": served.task,
+        "can_chat": served.can_chat,
+    }
 
 
 def _description(state: ServerState) -> str:
     models = ", ".join(f"`{name}` ({s.task})" for name, s in state.models.items()) or "none"
-    auth = (" Every route but `/health`, `/` and this page needs `Authorization: Bearer KEY` (the *Authorize* "
-            "button sets it)." if state.settings.api_key else "")
-    return (f"Trained nlptasks runs behind HTTP. Served models: {models}. `POST /v1/predict/{{name}}` with "
-            f"`{{\"inputs\": [...]}}` answers what `nlptasks infer` prints, one object per input.{auth}")
+    auth = (
+        " Every route but `/health`, `/` and this page needs `Authorization: Bearer KEY` (the *Authorize* "
+        "button sets it)."
+        if state.settings.api_key
+        else ""
+    )
+    return (
+        f"Trained nlptasks runs behind HTTP. Served models: {models}. `POST /v1/predict/{{name}}` with "
+        f'`{{"inputs": [...]}}` answers what `nlptasks infer` prints, one object per input.{auth}'
+    )
 
 
 def _document_bearer(app: Any) -> None:

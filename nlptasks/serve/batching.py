@@ -92,8 +92,12 @@ class Batcher:
         n = len(inputs)
         limit = self.settings.max_queue
         if self.queued and self.queued + n > limit:
-            raise ApiError(503, f"the server is busy: {self.queued} inputs wait for model {self.served.name!r} "
-                           f"(limit {limit}); try again in a moment", headers={"Retry-After": "1"})
+            raise ApiError(
+                503,
+                f"the server is busy: {self.queued} inputs wait for model {self.served.name!r} "
+                f"(limit {limit}); try again in a moment",
+                headers={"Retry-After": "1"},
+            )
         loop = asyncio.get_running_loop()
         item = _Waiting(list(inputs), loop.create_future())
         self._waiting.append(item)
@@ -104,8 +108,11 @@ class Batcher:
         try:
             return await asyncio.wait_for(item.future, timeout)
         except asyncio.TimeoutError:
-            raise ApiError(504, f"no answer within the timeout ({timeout:g} s): the server is overloaded or "
-                           "the inputs are very long; try again, or send fewer inputs") from None
+            raise ApiError(
+                504,
+                f"no answer within the timeout ({timeout:g} s): the server is overloaded or "
+                "the inputs are very long; try again, or send fewer inputs",
+            ) from None
         finally:
             self._drop(item)
 
@@ -204,8 +211,12 @@ class Batcher:
         try:
             outputs = await self._call([flat[k][1] for k in order])
         except Exception as exc:  # noqa: BLE001 - whatever it was, each request alone says
-            log.info("model %r: a batch of %d requests failed (%s); running them one at a time",
-                     self.served.name, len(batch), type(exc).__name__)
+            log.info(
+                "model %r: a batch of %d requests failed (%s); running them one at a time",
+                self.served.name,
+                len(batch),
+                type(exc).__name__,
+            )
             outputs = None
         if outputs is None or len(outputs) != len(flat):
             for item in batch:

@@ -46,8 +46,14 @@ class ApiError(Exception):
     :param headers: extra response headers (``Retry-After``, ``WWW-Authenticate``).
     """
 
-    def __init__(self, status: int, message: str, field: str | None = None,
-                 headers: Mapping[str, str] | None = None, kind: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        kind: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -65,8 +71,13 @@ def error_body(status: int, message: str, field: str | None = None, kind: str | 
     return {"error": {"message": message, "type": kind, "field": field, "param": field, "code": status}}
 
 
-def error_response(status: int, message: str, field: str | None = None,
-                   headers: Mapping[str, str] | None = None, kind: str | None = None) -> Any:
+def error_response(
+    status: int,
+    message: str,
+    field: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    kind: str | None = None,
+) -> Any:
     """A ``JSONResponse`` holding :func:`error_body`."""
     from starlette.responses import JSONResponse
 
@@ -112,8 +123,10 @@ def _one(error: Mapping[str, Any], fields: Sequence[str]) -> tuple[str, str]:
     index = next((p for p in loc[1:] if isinstance(p, int)), None)
     if index is not None:
         where = f"{field}[{index}]"
-        return where, (f"{where}: must be a text, an object of the task's fields, or a list of field texts "
-                       f"(got {_kind(error.get('input'))})")
+        return where, (
+            f"{where}: must be a text, an object of the task's fields, or a list of field texts "
+            f"(got {_kind(error.get('input'))})"
+        )
     if kind == "missing":
         return field, f"{field}: required; send {EXAMPLE}"
     if kind == "extra_forbidden":

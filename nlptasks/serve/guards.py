@@ -32,8 +32,9 @@ def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> str:
     return ""
 
 
-async def _send_error(send: Any, status: int, message: str, field: str | None = None,
-                      headers: dict[str, str] | None = None) -> None:
+async def _send_error(
+    send: Any, status: int, message: str, field: str | None = None, headers: dict[str, str] | None = None
+) -> None:
     import json
 
     body = json.dumps(error_body(status, message, field), ensure_ascii=False).encode("utf-8")
@@ -60,9 +61,14 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         said = "wrong API key" if token else "this server needs an API key"
-        await _send_error(send, 401, f"{said}: send the header 'Authorization: Bearer KEY' (the key the server "
-                          "was started with: --api-key or NLPTASKS_API_KEY)", "Authorization",
-                          {"WWW-Authenticate": "Bearer"})
+        await _send_error(
+            send,
+            401,
+            f"{said}: send the header 'Authorization: Bearer KEY' (the key the server "
+            "was started with: --api-key or NLPTASKS_API_KEY)",
+            "Authorization",
+            {"WWW-Authenticate": "Bearer"},
+        )
 
     @staticmethod
     def is_public(path: str) -> bool:
@@ -116,6 +122,11 @@ class BodyLimitMiddleware:
 
     async def _refuse(self, send: Any, size: int, more: bool = False) -> None:
         got = f"more than {size:,}" if more else f"{size:,}"
-        await _send_error(send, 413, f"request body too large: {got} bytes, the limit is {self.limit:,} "
-                          "(--max-body-bytes); send fewer or shorter inputs per request", "body",
-                          {"Connection": "close"})
+        await _send_error(
+            send,
+            413,
+            f"request body too large: {got} bytes, the limit is {self.limit:,} "
+            "(--max-body-bytes); send fewer or shorter inputs per request",
+            "body",
+            {"Connection": "close"},
+        )

@@ -76,17 +76,25 @@ class Metrics:
         with self._lock:
             _family(out, "nlptasks_requests_total", "counter", "Answered HTTP requests.")
             for (model, endpoint, status), n in sorted(self.requests.items()):
-                out.append(_line("nlptasks_requests_total", {"model": model, "endpoint": endpoint,
-                                                             "status": str(status)}, n))
-            _family(out, "nlptasks_request_duration_seconds", "summary",
-                    f"Request latency; quantiles over the last {WINDOW} requests of each route and model.")
+                out.append(
+                    _line("nlptasks_requests_total", {"model": model, "endpoint": endpoint, "status": str(status)}, n)
+                )
+            _family(
+                out,
+                "nlptasks_request_duration_seconds",
+                "summary",
+                f"Request latency; quantiles over the last {WINDOW} requests of each route and model.",
+            )
             for key in sorted(self.latency):
                 model, endpoint = key
                 labels = {"model": model, "endpoint": endpoint}
                 recent = sorted(self.latency[key])
                 for q in QUANTILES:
-                    out.append(_line("nlptasks_request_duration_seconds", {**labels, "quantile": f"{q:g}"},
-                                     quantile(recent, q)))
+                    out.append(
+                        _line(
+                            "nlptasks_request_duration_seconds", {**labels, "quantile": f"{q:g}"}, quantile(recent, q)
+                        )
+                    )
                 out.append(_line("nlptasks_request_duration_seconds_sum", labels, self.latency_sum[key]))
                 out.append(_line("nlptasks_request_duration_seconds_count", labels, self.latency_count[key]))
             _family(out, "nlptasks_batch_size", "histogram", "Inputs per predictor call (dynamic batching).")

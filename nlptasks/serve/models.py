@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.errors import NlptasksError
-from nlptasks.types import LoadOptions
 from nlptasks.serve.state import ServedModel
+from nlptasks.types import LoadOptions
 
 __all__ = ["NAME", "check_runs", "load_models", "model_names"]
 
@@ -30,8 +30,10 @@ def model_names(run_dirs: Sequence[Path], names: Sequence[str] | None = None) ->
     """
     if names:
         if len(names) != len(run_dirs):
-            raise NlptasksError(f"{len(names)} --name for {len(run_dirs)} runs: give one --name per run, in order, "
-                                "or none (each run is then named after its folder)")
+            raise NlptasksError(
+                f"{len(names)} --name for {len(run_dirs)} runs: give one --name per run, in order, "
+                "or none (each run is then named after its folder)"
+            )
         chosen = list(names)
     else:
         chosen = [Path(r).resolve().name for r in run_dirs]
@@ -39,11 +41,15 @@ def model_names(run_dirs: Sequence[Path], names: Sequence[str] | None = None) ->
     for name, run_dir in zip(chosen, run_dirs, strict=True):
         flag = "--name " if names else f"the folder name of {run_dir}: "
         if not NAME.fullmatch(name):
-            raise NlptasksError(f"{flag}{name!r} cannot be a model name (it is part of URLs): use letters, digits, "
-                                "'.', '_' and '-'", hint="Give each run a name: --name NAME (one per run, in order).")
+            raise NlptasksError(
+                f"{flag}{name!r} cannot be a model name (it is part of URLs): use letters, digits, '.', '_' and '-'",
+                hint="Give each run a name: --name NAME (one per run, in order).",
+            )
         if name in seen:
-            raise NlptasksError(f"two runs would be served as {name!r}: {seen[name]} and {run_dir}",
-                                hint="Name them: --name NAME once per run, in order (e.g. --name a --name b).")
+            raise NlptasksError(
+                f"two runs would be served as {name!r}: {seen[name]} and {run_dir}",
+                hint="Name them: --name NAME once per run, in order (e.g. --name a --name b).",
+            )
         seen[name] = Path(run_dir)
     return chosen
 
@@ -55,14 +61,16 @@ def check_runs(run_dirs: Sequence[Path]) -> list[dict[str, Any]]:
     manifests = []
     for run_dir in run_dirs:
         if not Path(run_dir).is_dir():
-            raise NlptasksError(f"{run_dir}: no such folder",
-                                hint="Pass run folders that `nlptasks run` printed (runs/<task>/<name>).")
+            raise NlptasksError(
+                f"{run_dir}: no such folder", hint="Pass run folders that `nlptasks run` printed (runs/<task>/<name>)."
+            )
         manifests.append(read_manifest(Path(run_dir)))
     return manifests
 
 
-def load_models(run_dirs: Sequence[Path], names: Sequence[str] | None = None,
-                options: LoadOptions | None = None) -> dict[str, ServedModel]:
+def load_models(
+    run_dirs: Sequence[Path], names: Sequence[str] | None = None, options: LoadOptions | None = None
+) -> dict[str, ServedModel]:
     """Check, then load every run's predictor (step 10, as ``nlptasks infer`` does), each with the
     same :class:`~nlptasks.types.LoadOptions` (``options.batch_size``: the server's largest batch,
     so a gathered batch is one forward pass).  Every run is checked against the options (adapter,

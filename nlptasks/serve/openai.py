@@ -24,174 +24,16 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from nlptasks.errors import NlptasksError, first_line
+from nlptasks.serve.chat_requests import MAX_NEW_TOKENS, ROLES, ChatRequest, parse_chat, parse_completion
 from nlptasks.serve.errors import ApiError
 from nlptasks.serve.state import ServedModel, ServerState
 
 __all__ = ["MAX_NEW_TOKENS", "ROLES", "ChatRequest", "add_routes", "parse_chat", "parse_completion"]
 
 log = logging.getLogger("nlptasks.serve")
-
-MAX_NEW_TOKENS = 4096
-"""The most tokens one request may ask to generate (``max_tokens``)."""
-
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-"""OpenAI's message roles we take, and the role each becomes (``developer`` is a system turn)."""
-
-_REFUSED = {  # fields we cannot honour: a request that sets them is refused, not silently changed
-    "tools": "tools are not supported (the model has none)",
-    "tool_choice": "tools are not supported (the model has none)",
-    "functions": "function calling is not supported",
-    "function_call": "function calling is not supported",
-    "logprobs": "logprobs are not supported",
-    "top_logprobs": "logprobs are not supported",
-    "logit_bias": "logit_bias is not supported",
-    "echo": "echo is not supported",
-    "suffix": "suffix is not supported",
-    "audio": "audio output is not supported",
-}
-
-
-@dataclass
-class ChatRequest:
-    """A checked request of either endpoint: the conversation and the generation settings."""
-
-    kind: str  # "chat" or "completion"
-    model: str
-    messages: list[dict[str, str]]
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: list[str] = field(default_factory=list)
-    stream: bool = False
-    include_usage: bool = False
-
-    @property
-    def conversation_field(self) -> str:
-        """The field that holds the conversation (named by errors the predictor raises)."""
-        return "messages" if self.kind == "chat" else "prompt"
-
-
-# -- reading requests --------------------------------------------------------------------------
-
-
-def _common(body: dict[str, Any], kind: str, messages: list[dict[str, str]]) -> ChatRequest:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise ApiError(400, "model: required, the name of a served model (GET /v1/models lists them)", "model")
-    for name, why in _REFUSED.items():
-        value = body.get(name)
-        if value not in (None, False, 0, [], {}):
-            raise ApiError(400, f"{name}: {why}", name)
-    for name in ("frequency_penalty", "presence_penalty"):
-        if _number(body, name, -2.0, 2.0) not in (None, 0):
-            raise ApiError(400, f"{name}: not supported (only 0)", name)
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise ApiError(400, "response_format: only {\"type\": \"text\"} is supported", "response_format")
-    for name in ("n", "best_of"):
-        n = _number(body, name, 1, 128, integer=True)
-        if n not in (None, 1):
-            raise ApiError(400, f"{name}: only {name}=1 is supported (got {n})", name)
-    tokens = _number(body, "max_completion_tokens", 1, MAX_NEW_TOKENS, integer=True)
-    if tokens is None:
-        tokens = _number(body, "max_tokens", 1, MAX_NEW_TOKENS, integer=True)
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise ApiError(400, "stream: must be true or false", "stream")
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise ApiError(400, "stream_options: must be an object", "stream_options")
-    top_p = _number(body, "top_p", 0.0, 1.0)
-    if top_p is not None and top_p <= 0:
-        raise ApiError(400, "top_p: must be greater than 0 and at most 1", "top_p")
-    return ChatRequest(
-        kind=kind, model=model, messages=messages, max_new_tokens=tokens,
-        temperature=_number(body, "temperature", 0.0, 2.0), top_p=top_p, stop=_stop(body.get("stop")),
-        stream=stream, include_usage=bool(options and options.get("include_usage")),
-    )
-
-
-def parse_chat(body: Any) -> ChatRequest:
-    """A ``/v1/chat/completions`` body, checked (:class:`~nlptasks.serve.errors.ApiError` naming the field if not)."""
-    body = _object(body)
-    raw = body.get("messages")
-    if not isinstance(raw, list) or not raw:
-        raise ApiError(400, "messages: required, a non-empty list of {role, content} objects", "messages")
-    messages = []
-    for i, turn in enumerate(raw):
-        where = f"messages[{i}]"
-        if not isinstance(turn, dict):
-            raise ApiError(400, f"{where}: must be an object with role and content", "messages")
-        role = turn.get("role")
-        if role not in ROLES:
-            raise ApiError(400, f"{where}.role: {role!r} is not supported (use one of: {', '.join(ROLES)})",
-                           "messages")
-        messages.append({"role": ROLES[role], "content": _content(turn.get("content"), f"{where}.content")})
-    return _common(body, "chat", messages)
-
-
-def parse_completion(body: Any) -> ChatRequest:
-    """A ``/v1/completions`` body: its ``prompt`` becomes one user message."""
-    body = _object(body)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise ApiError(400, "prompt: required, one string (a list of prompts or of token ids is not supported)",
-                       "prompt")
-    if not prompt.strip():
-        raise ApiError(400, "prompt: empty", "prompt")
-    return _common(body, "completion", [{"role": "user", "content": prompt}])
-
-
-def _object(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ApiError(400, "request body: must be a JSON object", "body")
-    return body
-
-
-def _content(value: Any, where: str) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        parts = []
-        for j, part in enumerate(value):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ApiError(400, f"{where}[{j}]: only {{\"type\": \"text\", \"text\": ...}} parts are supported",
-                               "messages")
-            parts.append(part["text"])
-        return "".join(parts)
-    raise ApiError(400, f"{where}: must be a string or a list of text parts", "messages")
-
-
-def _number(body: dict[str, Any], name: str, low: float, high: float, integer: bool = False) -> Any:
-    value = body.get(name)
-    if value is None:
-        return None
-    kind = "an integer" if integer else "a number"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
-        raise ApiError(400, f"{name}: must be {kind} (got {json.dumps(value)})", name)
-    if not low <= value <= high:
-        raise ApiError(400, f"{name}: must be {kind} from {low:g} to {high:g} (got {value})", name)
-    return value
-
-
-def _stop(value: Any) -> list[str]:
-    if value is None:
-        return []
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops) or len(stops) > 4:
-        raise ApiError(400, "stop: must be a string or a list of at most 4 strings", "stop")
-    return [s for s in stops if s]
-
-
-# -- generating ----------------------------------------------------------------------------------
 
 
 class _Generation:
@@ -218,8 +60,12 @@ class _Generation:
         if self.cancel.is_set():  # the client left while the request waited for the thread
             return self._put("end")
         request, chat = self.request, self.served.predictor.chat
-        settings: dict[str, Any] = {"max_new_tokens": request.max_new_tokens, "temperature": request.temperature,
-                                    "top_p": request.top_p, "stop": request.stop or None}
+        settings: dict[str, Any] = {
+            "max_new_tokens": request.max_new_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "stop": request.stop or None,
+        }
         if _accepts(chat, "info"):
             settings["info"] = self.info
         try:
@@ -292,8 +138,9 @@ def _as_error(exc: BaseException, request: ChatRequest, checking: bool) -> ApiEr
     if isinstance(exc, NlptasksError) or (checking and isinstance(exc, ValueError)):
         return ApiError(400, first_line(exc) or type(exc).__name__, request.conversation_field)
     log.error("chat with model %r failed", request.model, exc_info=exc)
-    return ApiError(500, f"generation failed: {type(exc).__name__}: {first_line(exc)} (the server's log has the "
-                    "traceback)")
+    return ApiError(
+        500, f"generation failed: {type(exc).__name__}: {first_line(exc)} (the server's log has the traceback)"
+    )
 
 
 # -- the routes ------------------------------------------------------------------------------------
@@ -302,11 +149,14 @@ def _as_error(exc: BaseException, request: ChatRequest, checking: bool) -> ApiEr
 def _served(state: ServerState, name: str) -> ServedModel:
     served = state.models.get(name)
     if served is None:
-        raise ApiError(404, f"model {name!r} is not served here; served: {', '.join(state.models) or 'none'}",
-                       "model")
+        raise ApiError(404, f"model {name!r} is not served here; served: {', '.join(state.models) or 'none'}", "model")
     if not served.can_chat:
-        raise ApiError(400, f"model {name!r} is a {served.task or 'non-generating'} run and cannot chat; "
-                       f"use POST /v1/predict/{name} for its predictions", "model")
+        raise ApiError(
+            400,
+            f"model {name!r} is a {served.task or 'non-generating'} run and cannot chat; "
+            f"use POST /v1/predict/{name} for its predictions",
+            "model",
+        )
     return served
 
 
@@ -323,8 +173,9 @@ async def _answer(request: Any, state: ServerState, kind: str, active: dict[str,
     try:
         raw = await request.body()
         if len(raw) > state.settings.max_body_bytes:
-            raise ApiError(413, f"request body: {len(raw)} bytes, more than the limit "
-                           f"({state.settings.max_body_bytes})", "body")
+            raise ApiError(
+                413, f"request body: {len(raw)} bytes, more than the limit ({state.settings.max_body_bytes})", "body"
+            )
         try:
             body = json.loads(raw or b"null")
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -333,8 +184,12 @@ async def _answer(request: Any, state: ServerState, kind: str, active: dict[str,
         served = _served(state, chat.model)
         request.state.model = served.name  # the metrics' model label (no {name} in these routes)
         if active.get(served.name, 0) >= state.settings.max_queue:
-            raise ApiError(503, f"model {served.name!r} has {active[served.name]} chat requests under way, the "
-                           "limit (--max-queue); try again shortly", headers={"Retry-After": "1"})
+            raise ApiError(
+                503,
+                f"model {served.name!r} has {active[served.name]} chat requests under way, the "
+                "limit (--max-queue); try again shortly",
+                headers={"Retry-After": "1"},
+            )
         generation = _Generation(served, chat)
         active[served.name] = active.get(served.name, 0) + 1
         generation.start().add_done_callback(lambda _: active.__setitem__(served.name, active[served.name] - 1))
@@ -343,9 +198,11 @@ async def _answer(request: Any, state: ServerState, kind: str, active: dict[str,
             await generation.ready(state.settings.timeout_s)
             if chat.stream:  # from here on the response notices a client that leaves
                 watcher.cancel()
-                return StreamingResponse(_events(generation, _ident(kind), int(time.time())),
-                                         media_type="text/event-stream",
-                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                return StreamingResponse(
+                    _events(generation, _ident(kind), int(time.time())),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                )
             text = "".join([piece async for piece in generation.pieces()])
         except BaseException:
             generation.cancel.set()
@@ -356,13 +213,24 @@ async def _answer(request: Any, state: ServerState, kind: str, active: dict[str,
         if watcher is not None:
             watcher.cancel()
     if kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "logprobs": None, "finish_reason": generation.finish_reason}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": generation.finish_reason,
+        }
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": generation.finish_reason}
-    return JSONResponse({"id": _ident(kind), "object": "chat.completion" if kind == "chat" else "text_completion",
-                         "created": int(time.time()), "model": chat.model, "choices": [choice],
-                         "usage": generation.usage()})
+    return JSONResponse(
+        {
+            "id": _ident(kind),
+            "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": int(time.time()),
+            "model": chat.model,
+            "choices": [choice],
+            "usage": generation.usage(),
+        }
+    )
 
 
 def _ident(kind: str) -> str:
@@ -385,8 +253,11 @@ async def _events(generation: _Generation, answer_id: str, created: int) -> Asyn
     obj = "chat.completion.chunk" if chat.kind == "chat" else "text_completion"
 
     def chunk(delta: Any, finish: str | None = None) -> dict[str, Any]:
-        choice = ({"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish} if chat.kind == "chat"
-                  else {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish})
+        choice = (
+            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            if chat.kind == "chat"
+            else {"index": 0, "text": delta, "logprobs": None, "finish_reason": finish}
+        )
         out = {"id": answer_id, "object": obj, "created": created, "model": chat.model, "choices": [choice]}
         if chat.include_usage:
             out["usage"] = None
@@ -399,8 +270,16 @@ async def _events(generation: _Generation, answer_id: str, created: int) -> Asyn
             yield _sse(chunk({"content": piece} if chat.kind == "chat" else piece))
         yield _sse(chunk({} if chat.kind == "chat" else "", generation.finish_reason))
         if chat.include_usage:
-            yield _sse({"id": answer_id, "object": obj, "created": created, "model": chat.model, "choices": [],
-                        "usage": generation.usage()})
+            yield _sse(
+                {
+                    "id": answer_id,
+                    "object": obj,
+                    "created": created,
+                    "model": chat.model,
+                    "choices": [],
+                    "usage": generation.usage(),
+                }
+            )
     except ApiError as exc:
         yield _sse(exc.body())
     except Exception as exc:  # never a broken stream without a word
@@ -409,19 +288,41 @@ async def _events(generation: _Generation, answer_id: str, created: int) -> Asyn
 
 
 _SCHEMA = {
-    "chat": {"type": "object", "required": ["model", "messages"], "properties": {
-        "model": {"type": "string"},
-        "messages": {"type": "array", "items": {"type": "object", "properties": {
-            "role": {"type": "string", "enum": list(ROLES)}, "content": {"type": "string"}}}},
-        "max_tokens": {"type": "integer"}, "max_completion_tokens": {"type": "integer"},
-        "temperature": {"type": "number"}, "top_p": {"type": "number"},
-        "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-        "stream": {"type": "boolean"}, "n": {"type": "integer", "enum": [1]}}},
-    "completion": {"type": "object", "required": ["model", "prompt"], "properties": {
-        "model": {"type": "string"}, "prompt": {"type": "string"}, "max_tokens": {"type": "integer"},
-        "temperature": {"type": "number"}, "top_p": {"type": "number"},
-        "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-        "stream": {"type": "boolean"}, "n": {"type": "integer", "enum": [1]}}},
+    "chat": {
+        "type": "object",
+        "required": ["model", "messages"],
+        "properties": {
+            "model": {"type": "string"},
+            "messages": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"role": {"type": "string", "enum": list(ROLES)}, "content": {"type": "string"}},
+                },
+            },
+            "max_tokens": {"type": "integer"},
+            "max_completion_tokens": {"type": "integer"},
+            "temperature": {"type": "number"},
+            "top_p": {"type": "number"},
+            "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+            "stream": {"type": "boolean"},
+            "n": {"type": "integer", "enum": [1]},
+        },
+    },
+    "completion": {
+        "type": "object",
+        "required": ["model", "prompt"],
+        "properties": {
+            "model": {"type": "string"},
+            "prompt": {"type": "string"},
+            "max_tokens": {"type": "integer"},
+            "temperature": {"type": "number"},
+            "top_p": {"type": "number"},
+            "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+            "stream": {"type": "boolean"},
+            "n": {"type": "integer", "enum": [1]},
+        },
+    },
 }
 
 
@@ -435,12 +336,20 @@ def add_routes(app: Any, state: ServerState) -> None:
     def extra(kind: str) -> dict[str, Any]:
         return {"requestBody": {"required": True, "content": {"application/json": {"schema": _SCHEMA[kind]}}}}
 
-    @app.post("/v1/chat/completions", tags=["OpenAI-compatible"],
-              openapi_extra=extra("chat"), summary="Chat with a run that generates (OpenAI's shape)")
+    @app.post(
+        "/v1/chat/completions",
+        tags=["OpenAI-compatible"],
+        openapi_extra=extra("chat"),
+        summary="Chat with a run that generates (OpenAI's shape)",
+    )
     async def chat_completions(request: Request) -> Any:
         return await _answer(request, state, "chat", active)
 
-    @app.post("/v1/completions", tags=["OpenAI-compatible"],
-              openapi_extra=extra("completion"), summary="A prompt as one user message (OpenAI's shape)")
+    @app.post(
+        "/v1/completions",
+        tags=["OpenAI-compatible"],
+        openapi_extra=extra("completion"),
+        summary="A prompt as one user message (OpenAI's shape)",
+    )
     async def completions(request: Request) -> Any:
         return await _answer(request, state, "completion", active)

@@ -76,8 +76,7 @@ def add_routes(app: Any, state: ServerState) -> None:
 
     @app.get("/", include_in_schema=False)
     def page() -> Any:
-        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"),
-                            headers={"Cache-Control": "no-cache"})
+        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"), headers={"Cache-Control": "no-cache"})
 
     @app.get("/ui/models", tags=["page"], summary="The served models as the page shows them")
     def ui_models() -> dict[str, Any]:

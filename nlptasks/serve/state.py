@@ -8,10 +8,11 @@ requests to one model never run two forward passes at once and the event loop ne
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["ServeSettings", "ServedModel", "ServerState"]
 

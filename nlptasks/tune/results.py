@@ -135,9 +135,11 @@ def best_toml_text(recipe: dict[str, Any], best: TrialRow, metric: str, study_di
     data = {k: v for k, v in recipe.items() if k != "tune"}
     data["output"] = OutputConfig().model_dump(mode="json")
     value = f"{best.value:.6g}" if best.value is not None else "?"
-    header = (f"The best trial (#{best.number}, validation {metric} {value}) of the study in {study_dir}.\n"
-              f"Its values: {', '.join(f'{k} = {_value(v)}' for k, v in best.params.items())}.\n"
-              "Run it: nlptasks run best.toml")
+    header = (
+        f"The best trial (#{best.number}, validation {metric} {value}) of the study in {study_dir}.\n"
+        f"Its values: {', '.join(f'{k} = {_value(v)}' for k, v in best.params.items())}.\n"
+        "Run it: nlptasks run best.toml"
+    )
     return dump_toml(data, header=header)
 
 
@@ -162,8 +164,10 @@ def write_plots(study: Any, study_dir: Path, metric: str, rows: list[TrialRow]) 
         ax.figure.savefig(study_dir / HISTORY_PNG, dpi=100, bbox_inches="tight")
         plt.close(ax.figure)
         if complete < 2:
-            notes.append(f"{IMPORTANCE_PNG} not drawn: parameter importances need at least 2 complete trials "
-                         f"(the study has {complete})")
+            notes.append(
+                f"{IMPORTANCE_PNG} not drawn: parameter importances need at least 2 complete trials "
+                f"(the study has {complete})"
+            )
             return notes
         try:
             ax = plot_param_importances(study, target_name=metric)
@@ -174,8 +178,9 @@ def write_plots(study: Any, study_dir: Path, metric: str, rows: list[TrialRow]) 
     return notes
 
 
-def write_results(study: Any, study_dir: Path, metric: str, greater: bool, title: str,
-                  fallback_recipe: Any = None) -> tuple[list[TrialRow], TrialRow | None, str, list[str]]:
+def write_results(
+    study: Any, study_dir: Path, metric: str, greater: bool, title: str, fallback_recipe: Any = None
+) -> tuple[list[TrialRow], TrialRow | None, str, list[str]]:
     """Write the study folder's results; return ``(rows, best, the Markdown table, notes)``.
 
     :param fallback_recipe: ``f(best row) -> resolved recipe dict`` for a best trial whose run
@@ -185,8 +190,15 @@ def write_results(study: Any, study_dir: Path, metric: str, greater: bool, title
     best = best_row(rows, greater)
     table = markdown_table(rows, metric, best)
     finished = sum(r.state in COUNTED for r in rows)
-    lines = [f"# {title}", "", f"{finished} finished trials (complete, pruned or failed); objective: validation "
-             f"{metric} ({'maximize' if greater else 'minimize'}).", "", table, ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"{finished} finished trials (complete, pruned or failed); objective: validation "
+        f"{metric} ({'maximize' if greater else 'minimize'}).",
+        "",
+        table,
+        "",
+    ]
     notes = []
     for name in (BEST_TOML, BEST_LINK):
         path = study_dir / name
@@ -204,12 +216,16 @@ def write_results(study: Any, study_dir: Path, metric: str, greater: bool, title
             (study_dir / BEST_TOML).write_text(best_toml_text(recipe, best, metric, study_dir), encoding="utf-8")
         if best.run_dir is not None and best.run_dir.is_dir():
             try:
-                (study_dir / BEST_LINK).symlink_to(best.run_dir.relative_to(study_dir)
-                                                   if best.run_dir.is_relative_to(study_dir) else best.run_dir)
+                (study_dir / BEST_LINK).symlink_to(
+                    best.run_dir.relative_to(study_dir) if best.run_dir.is_relative_to(study_dir) else best.run_dir
+                )
             except OSError as exc:
                 notes.append(f"no {BEST_LINK} link: {exc}")
-        lines += [f"Best: trial {best.number}, validation {metric} {best.value:.4f}; run folder "
-                  f"{best.run_dir}; its recipe: {BEST_TOML} (`nlptasks run {BEST_TOML}`).", ""]
+        lines += [
+            f"Best: trial {best.number}, validation {metric} {best.value:.4f}; run folder "
+            f"{best.run_dir}; its recipe: {BEST_TOML} (`nlptasks run {BEST_TOML}`).",
+            "",
+        ]
     else:
         lines += ["No complete trial yet: no best.toml.", ""]
     notes += write_plots(study, study_dir, metric, rows)

@@ -69,22 +69,30 @@ def storage_for(url: str) -> Any:
     process is failed and its values queued again); SQLite waits up to a minute for a lock."""
     import optuna
 
-    retry_cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or \
-        optuna.storages.RetryFailedTrialCallback
+    retry_cls = (
+        getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+    )
     params = inspect.signature(optuna.storages.RDBStorage).parameters
-    callback_key = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params \
-        else "failed_trial_callback"
+    callback_key = (
+        "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params else "failed_trial_callback"
+    )
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: "experimental"
             return optuna.storages.RDBStorage(
-                url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_INTERVAL,
-                grace_period=HEARTBEAT_GRACE, **{callback_key: retry_cls(max_retry=3)})
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=HEARTBEAT_INTERVAL,
+                grace_period=HEARTBEAT_GRACE,
+                **{callback_key: retry_cls(max_retry=3)},
+            )
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL, a missing driver, no server
-        raise NlptasksError(f"--storage {url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                            hint="Give a database URL SQLAlchemy takes, e.g. sqlite:///study.db or "
-                                 "postgresql://user:password@host/db (needs psycopg2); see docs/tune.md.") from None
+        raise NlptasksError(
+            f"--storage {url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            hint="Give a database URL SQLAlchemy takes, e.g. sqlite:///study.db or "
+            "postgresql://user:password@host/db (needs psycopg2); see docs/tune.md.",
+        ) from None
 
 
 def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int = 0) -> tuple[Any, str, bool]:
@@ -95,16 +103,24 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
     assert tune is not None
     metric, greater = objective_of(loaded.recipe, loaded.task, loaded.options)
     seed = (tune.seed if tune.seed is not None else loaded.recipe.seed) + worker_index
-    sampler = optuna.samplers.TPESampler(seed=seed) if tune.sampler == "tpe" else \
-        optuna.samplers.RandomSampler(seed=seed)
-    pruner = {"median": optuna.pruners.MedianPruner, "halving": optuna.pruners.SuccessiveHalvingPruner,
-              "none": optuna.pruners.NopPruner}[tune.pruner]()
+    sampler = (
+        optuna.samplers.TPESampler(seed=seed) if tune.sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed)
+    )
+    pruner = {
+        "median": optuna.pruners.MedianPruner,
+        "halving": optuna.pruners.SuccessiveHalvingPruner,
+        "none": optuna.pruners.NopPruner,
+    }[tune.pruner]()
     direction = "maximize" if greater else "minimize"
-    study = optuna.create_study(storage=storage, study_name=name, direction=direction, sampler=sampler,
-                                pruner=pruner, load_if_exists=True)
+    study = optuna.create_study(
+        storage=storage, study_name=name, direction=direction, sampler=sampler, pruner=pruner, load_if_exists=True
+    )
     if study.direction.name.lower() != direction:
-        raise NlptasksError(f"study {name!r} exists and {study.direction.name.lower()}s; this recipe would "
-                            f"{direction} validation {metric}", hint="Name another study: --study NAME.")
+        raise NlptasksError(
+            f"study {name!r} exists and {study.direction.name.lower()}s; this recipe would "
+            f"{direction} validation {metric}",
+            hint="Name another study: --study NAME.",
+        )
     if "objective" not in study.user_attrs:
         study.set_user_attr("objective", metric)
     return study, metric, greater
@@ -152,8 +168,11 @@ def _fail_gone(study: Any, storage: Any, log: Callable[[str], None]) -> None:
 
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     study_id = storage.get_study_id_from_name(study.study_name)
-    callback = storage.get_heartbeat_stale_trial_callback() if hasattr(storage, "get_heartbeat_stale_trial_callback") \
+    callback = (
+        storage.get_heartbeat_stale_trial_callback()
+        if hasattr(storage, "get_heartbeat_stale_trial_callback")
         else storage.get_failed_trial_callback()
+    )
     for t in running:
         pid = t.user_attrs.get("pid")
         if t.user_attrs.get("host") != HOST or not isinstance(pid, int) or _alive(pid):
@@ -186,14 +205,40 @@ def _is_counted(study: Any, trials: int) -> Callable[[Any], bool]:
     return counted
 
 
-def _launch_workers(recipe: str | Path, overrides: list[str], trials: int, timeout: float | None, url: str,
-                    name: str, workers: int, threads: int) -> list[subprocess.Popen[bytes]]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "TOKENIZERS_PARALLELISM": "false"}
+def _launch_workers(
+    recipe: str | Path,
+    overrides: list[str],
+    trials: int,
+    timeout: float | None,
+    url: str,
+    name: str,
+    workers: int,
+    threads: int,
+) -> list[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     procs = []
     for index in range(1, workers):
-        command = [sys.executable, "-m", "nlptasks", "tune", str(recipe), *(a for o in overrides for a in ("--set", o)),
-                   "--trials", str(trials), "--storage", url, "--study", name, "--worker-index", str(index)]
+        command = [
+            sys.executable,
+            "-m",
+            "nlptasks",
+            "tune",
+            str(recipe),
+            *(a for o in overrides for a in ("--set", o)),
+            "--trials",
+            str(trials),
+            "--storage",
+            url,
+            "--study",
+            name,
+            "--worker-index",
+            str(index),
+        ]
         if timeout is not None:
             command += ["--timeout", str(timeout)]
         procs.append(subprocess.Popen(command, env=env))
@@ -252,9 +297,11 @@ def tune(
     loaded = load_recipe(recipe, overrides, host=host)
     tune_table = loaded.recipe.tune
     if tune_table is None:
-        raise NlptasksError(f"{recipe}: no [tune] table: nothing to search",
-                            hint="Add [tune] and [tune.space] (docs/tune.md), e.g. "
-                                 "[tune.space] \"train.learning_rate\" = { low = 1e-5, high = 1e-3, log = true }")
+        raise NlptasksError(
+            f"{recipe}: no [tune] table: nothing to search",
+            hint="Add [tune] and [tune.space] (docs/tune.md), e.g. "
+            '[tune.space] "train.learning_rate" = { low = 1e-5, high = 1e-3, log = true }',
+        )
     name = study or Path(recipe).stem
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
         raise NlptasksError(f"--study {name!r}: a study name is letters, digits, '_', '.' and '-'")
@@ -283,10 +330,18 @@ def tune(
         finished, _ = _counts(the_study)
         log(f"study {name}: {finished}/{total} trials finished; {study_dir}")
     holder: list[Callable[[], None]] = []
-    setup = TrialSetup(recipe=recipe, overrides=overrides, space=dict(tune_table.space), study_dir=study_dir,
-                       metric=metric, prune=tune_table.pruner != "none", host=host, trials=total,
-                       before=lambda trial: holder[-1]() if holder else None,
-                       counted=_is_counted(the_study, total))
+    setup = TrialSetup(
+        recipe=recipe,
+        overrides=overrides,
+        space=dict(tune_table.space),
+        study_dir=study_dir,
+        metric=metric,
+        prune=tune_table.pruner != "none",
+        host=host,
+        trials=total,
+        before=lambda trial: holder[-1]() if holder else None,
+        counted=_is_counted(the_study, total),
+    )
     deadline = time.monotonic() + limit if limit is not None else None
     progress = _progress(total, metric, greater, log)
     try:
@@ -299,8 +354,13 @@ def tune(
                     break
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    the_study.optimize(lambda trial: run_trial(trial, setup), n_trials=1, catch=(NlptasksError,),
-                                       callbacks=[progress], gc_after_trial=False)
+                    the_study.optimize(
+                        lambda trial: run_trial(trial, setup),
+                        n_trials=1,
+                        catch=(NlptasksError,),
+                        callbacks=[progress],
+                        gc_after_trial=False,
+                    )
         else:
             log(f"study {name}: timeout ({limit:g} s): no new trial started")
     finally:
@@ -315,10 +375,12 @@ def tune(
 
     title = f"Study {name}: {Path(recipe).name}"
     result.rows, result.best, result.table, result.notes = write_results(
-        the_study, study_dir, metric, greater, title, recipe_of)
+        the_study, study_dir, metric, greater, title, recipe_of
+    )
     bad = [p for p in procs if p.returncode not in (0, None)]
     if bad:
-        result.notes.append(f"{len(bad)} worker process(es) ended with an error (exit codes "
-                            f"{', '.join(str(p.returncode) for p in bad)})")
+        result.notes.append(
+            f"{len(bad)} worker process(es) ended with an error (exit codes "
+            f"{', '.join(str(p.returncode) for p in bad)})"
+        )
     return result
-

@@ -65,8 +65,9 @@ class PruningPlugin:
         self.pruned_step: int | None = None
 
     @hookimpl(wrapper=True)
-    def nlptasks_trainer(self, ctx: Any, model: Any, args: Any, data: Any, data_collator: Any,
-                         compute_metrics: Any) -> Any:
+    def nlptasks_trainer(
+        self, ctx: Any, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+    ) -> Any:
         trainer = yield
         trainer.add_callback(_reporter(self))
         return trainer
@@ -115,8 +116,12 @@ def suggest(trial: Any, key: str, dist: TuneDistribution) -> Any:
 
 def trial_overrides(setup: TrialSetup, number: int, params: dict[str, Any]) -> list[str]:
     """The ``--set`` overrides of a trial: the command's, the trial's values, its run folder's name."""
-    return [*setup.overrides, *(override_text(k, v) for k, v in params.items()),
-            f"output.dir={setup.study_dir / 'trials'}", f"output.run_name=trial-{number}"]
+    return [
+        *setup.overrides,
+        *(override_text(k, v) for k, v in params.items()),
+        f"output.dir={setup.study_dir / 'trials'}",
+        f"output.run_name=trial-{number}",
+    ]
 
 
 def run_trial(trial: Any, setup: TrialSetup) -> float:

@@ -18,14 +18,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
-    LoadOptions,
     ROW_COLUMN,
+    UNKNOWN_LABEL,
     DataError,
     Evaluation,
     Finding,
+    LoadOptions,
     RunContext,
     TaskSpec,
-    UNKNOWN_LABEL,
     balance,
     blank_texts,
     classification_errors,
@@ -76,8 +76,16 @@ def register_tasks(register: Any) -> None:
             greater_is_better=True,
             stratify_by=lambda options: options.label_column,
             peft_task_type="SEQ_CLS",
-            metrics=("accuracy", "f1_macro", "precision_macro", "recall_macro", "f1/<class>", "precision/<class>",
-                     "recall/<class>", "support/<class>"),
+            metrics=(
+                "accuracy",
+                "f1_macro",
+                "precision_macro",
+                "recall_macro",
+                "f1/<class>",
+                "precision/<class>",
+                "recall/<class>",
+                "support/<class>",
+            ),
             label_fields={"labels": "example"},
         )
     )
@@ -190,9 +198,16 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     for split, ds in data.items():
         missing = [c for c in (opts.text_column, opts.label_column) if c not in ds.column_names]
         if missing:
-            findings.append(Finding("error", "columns", f"no column {missing[0]!r}; the columns are: "
-                                    f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)} (name the "
-                                    "right one in options.text_column / options.label_column)", split))
+            findings.append(
+                Finding(
+                    "error",
+                    "columns",
+                    f"no column {missing[0]!r}; the columns are: "
+                    f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)} (name the "
+                    "right one in options.text_column / options.label_column)",
+                    split,
+                )
+            )
     if findings:
         return findings
 
@@ -208,16 +223,35 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     for split, ds in data.items():
         no_label = [n for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True) if label_text(v) is None]
         if no_label:
-            findings.append(Finding("warning", "empty-label", f"{len(no_label)} row(s) without a label; a run drops them",
-                                    split, no_label))
-    findings += label_sets(ctx, data, labels_of, known=opts.labels, known_from="options.labels" if opts.labels else "train",
-                           hint="; a run stops on them (fix the rows, or list every label in options.labels)")
+            findings.append(
+                Finding(
+                    "warning",
+                    "empty-label",
+                    f"{len(no_label)} row(s) without a label; a run drops them",
+                    split,
+                    no_label,
+                )
+            )
+    findings += label_sets(
+        ctx,
+        data,
+        labels_of,
+        known=opts.labels,
+        known_from="options.labels" if opts.labels else "train",
+        hint="; a run stops on them (fix the rows, or list every label in options.labels)",
+    )
     if "train" in data and opts.labels is None:
         seen = {label for row in data["train"] for label in labels_of(row)}
         if len(seen) < 2:
-            findings.append(Finding("error", "single-label", f"the training data has {len(seen)} label(s) "
-                                    f"({', '.join(map(repr, sorted(seen)))}); classification needs at least two",
-                                    "train"))
+            findings.append(
+                Finding(
+                    "error",
+                    "single-label",
+                    f"the training data has {len(seen)} label(s) "
+                    f"({', '.join(map(repr, sorted(seen)))}); classification needs at least two",
+                    "train",
+                )
+            )
     findings += balance(ctx, data, labels_of)
     findings += duplicates(ctx, data, text, label=lambda row: tuple(labels_of(row)))
     findings += split_overlap(ctx, data, text)
@@ -229,8 +263,15 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
         rows, texts = row_numbers(ds), ["" if t is None else str(t) for t in ds[opts.text_column]]
         lengths = [len(ids) for ids in tokenizer(texts, truncation=False)["input_ids"]]
         long_rows = [n for n, length in zip(rows, lengths, strict=True) if length > max_length]
-        findings.append(truncation(split, long_rows, len(ds), max_length=max_length,
-                                   consequence="the end of each is cut off; raise model.max_length to keep it"))
+        findings.append(
+            truncation(
+                split,
+                long_rows,
+                len(ds),
+                max_length=max_length,
+                consequence="the end of each is cut off; raise model.max_length to keep it",
+            )
+        )
     return findings
 
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.plugin import (
-    LoadOptions,
-    UNKNOWN_LABEL,
     ROW_COLUMN,
+    UNKNOWN_LABEL,
     DataError,
     Evaluation,
+    LoadOptions,
     NlptasksError,
     RunContext,
     TaskSpec,
@@ -56,8 +56,18 @@ def register_tasks(register: Any) -> None:
             best_metric="f1",
             greater_is_better=True,
             peft_task_type="TOKEN_CLS",
-            metrics=("f1", "precision", "recall", "accuracy", "words_scored", "word_coverage",
-                     "f1/<type>", "precision/<type>", "recall/<type>", "support/<type>"),
+            metrics=(
+                "f1",
+                "precision",
+                "recall",
+                "accuracy",
+                "words_scored",
+                "word_coverage",
+                "f1/<type>",
+                "precision/<type>",
+                "recall/<type>",
+                "support/<type>",
+            ),
             label_fields={"labels": "token"},
             usage=_usage,
         )
@@ -68,8 +78,10 @@ def _usage(manifest: dict[str, Any]) -> Usage:
     """A sentence of the run's data; the labels row lists entity types, not the scheme's tags."""
     types = sorted({str(tag)[2:] for tag in manifest.get("labels") or [] if tag != "O"})
     scheme = (manifest.get("ner") or {}).get("scheme", "BIO")
-    return Usage(example=(manifest.get("example") or "your text",),
-                 labels=", ".join(f"`{t}`" for t in types) + f" (entity types; {scheme} tags)")
+    return Usage(
+        example=(manifest.get("example") or "your text",),
+        labels=", ".join(f"`{t}`" for t in types) + f" (entity types; {scheme} tags)",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,7 +119,8 @@ def nlptasks_load_data(ctx: RunContext) -> Any:
                 _require_keys(o, opts, path_text)
         else:
             skipped: list[int] = []
-            ds = load_file(path_text, cfg.format, (lambda row, _why: skipped.append(row)) if opts.skip_invalid_rows else None)
+            skip = skipped.append if opts.skip_invalid_rows else None  # called inside load_file, in this iteration
+            ds = load_file(path_text, cfg.format, (lambda row, _why, note=skip: note(row)) if skip else None)
             ctx.drop(split, "malformed", len(skipped))
             if LINE not in ds.column_names:
                 numbered = ROW_COLUMN in ds.column_names  # rows were left out: each keeps its number
@@ -245,12 +258,14 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     elif opts.labels is not None:
         labels, origin = list(opts.labels), "options.labels"
         if "O" not in labels:
-            raise NlptasksError("options.labels: must include 'O'", hint="e.g. --set 'options.labels=[\"O\", \"B-PER\", \"I-PER\"]'")
+            raise NlptasksError(
+                "options.labels: must include 'O'", hint='e.g. --set \'options.labels=["O", "B-PER", "I-PER"]\''
+            )
     else:
         types = {split_tag(t)[1] for row in cleaned["train"][1] for t in row} - {None}
         labels, origin = ordered_labels({str(t) for t in types}, opts.scheme), "the training data"
     known = set(labels)
-    for split, (tokens, tags, lines) in cleaned.items():
+    for split, (_tokens, tags, lines) in cleaned.items():
         for row, line in zip(tags, lines, strict=True):
             for tag in row:
                 if tag not in known:
@@ -299,12 +314,18 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         )
         out[split] = Dataset.from_dict(features)
         lengths = [len(t) for t in tokens]
-        long = len(windows) - len(tokens) if opts.overflow == "window" else sum(
-            1 for w in windows if w.end < lengths[w.sentence]
+        long = (
+            len(windows) - len(tokens)
+            if opts.overflow == "window"
+            else sum(1 for w in windows if w.end < lengths[w.sentence])
         )
         ctx.log.info(
             "%s: %d sentences → %d windows (%s sentences longer than %d sub-tokens%s)",
-            split, len(tokens), len(windows), long, max_length,
+            split,
+            len(tokens),
+            len(windows),
+            long,
+            max_length,
             "" if opts.overflow == "window" else ", truncated",
         )
         if split != "train":  # what step 6 needs to score whole sentences from the windows
@@ -389,8 +410,9 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
     from .metrics import sentence_errors, sentence_predictions
 
     preds = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
-    gold, pred = sentence_predictions(evaluation.side, preds if preds.ndim == 2 else preds.argmax(-1),
-                                      list(ctx.labels or []))
+    gold, pred = sentence_predictions(
+        evaluation.side, preds if preds.ndim == 2 else preds.argmax(-1), list(ctx.labels or [])
+    )
     char = (ctx.manifest.get("ner") or {}).get("word_split") == "char"
     return sentence_errors(evaluation.side, gold, pred, "" if char else " ")
 
@@ -400,18 +422,24 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
     from transformers import DataCollatorForTokenClassification
 
     if ctx.recipe.train.padding == "max_length":
-        return DataCollatorForTokenClassification(ctx.tokenizer, padding="max_length", max_length=ctx.recipe.model.max_length)
+        return DataCollatorForTokenClassification(
+            ctx.tokenizer, padding="max_length", max_length=ctx.recipe.model.max_length
+        )
     return DataCollatorForTokenClassification(ctx.tokenizer)
 
 
 @hookimpl
-def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
+def nlptasks_trainer(
+    ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+) -> Any:
     """The default Trainer (packed training batches with options.packing), keeping label ids (not
     logits) between evaluation batches."""
     from transformers import Trainer
 
     cls = packed_trainer(Trainer) if ctx.state.get("packing") else Trainer
-    return build_trainer(cls, ctx, model, args, data, data_collator, compute_metrics, preprocess_logits_for_metrics=_argmax)
+    return build_trainer(
+        cls, ctx, model, args, data, data_collator, compute_metrics, preprocess_logits_for_metrics=_argmax
+    )
 
 
 def _argmax(logits: Any, labels: Any) -> Any:
@@ -431,8 +459,10 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
     for split in ("test", "validation"):
         per_type = {k: v for k, v in (metrics.get(split) or {}).items() if "/" in k}
         if per_type:
-            return [f"## Per entity type ({split})\n\nEntity-level (seqeval), whole sentences.\n\n"
-                    + per_class_table(per_type, title="type")]
+            return [
+                f"## Per entity type ({split})\n\nEntity-level (seqeval), whole sentences.\n\n"
+                + per_class_table(per_type, title="type")
+            ]
     return []
 
 

@@ -38,12 +38,19 @@ def check(ctx: RunContext, data: Any) -> list[Finding]:
     for split, ds in data.items():
         missing = [c for c in (opts.tokens_column, opts.tags_column) if c not in ds.column_names]
         if missing:
-            findings.append(Finding("error", "columns", f"no column {missing[0]!r} (name the right one in "
-                                    "options.tokens_column / options.tags_column)", split))
+            findings.append(
+                Finding(
+                    "error",
+                    "columns",
+                    f"no column {missing[0]!r} (name the right one in options.tokens_column / options.tags_column)",
+                    split,
+                )
+            )
             continue
         names = class_label_names(ds, opts.tags_column)
-        tags_of[split] = [[names[t] if names and isinstance(t, int) else str(t) for t in row or []]
-                          for row in ds[opts.tags_column]]
+        tags_of[split] = [
+            [names[t] if names and isinstance(t, int) else str(t) for t in row or []] for row in ds[opts.tags_column]
+        ]
     if findings:
         return findings
 
@@ -57,30 +64,52 @@ def check(ctx: RunContext, data: Any) -> list[Finding]:
             elif repair_sentence([t.strip() for t in tags], opts.scheme)[1] is not None:
                 invalid.append(number)
         if bad_tag:
-            findings.append(Finding("error", "bad-tags", f"{len(bad_tag)} sentence(s) have tags outside the "
-                                    f"{opts.scheme} scheme (O or {allowed}-TYPE); set options.scheme to your "
-                                    "data's scheme or fix the tags", split, bad_tag))
+            findings.append(
+                Finding(
+                    "error",
+                    "bad-tags",
+                    f"{len(bad_tag)} sentence(s) have tags outside the "
+                    f"{opts.scheme} scheme (O or {allowed}-TYPE); set options.scheme to your "
+                    "data's scheme or fix the tags",
+                    split,
+                    bad_tag,
+                )
+            )
         if invalid:
             if opts.invalid_transition == "error":
                 level, what = "error", "a run stops on them (or repairs them with options.invalid_transition=repair)"
             else:
                 level, what = "warning", "a run repairs them (I-X → B-X), as options.invalid_transition says"
-            findings.append(Finding(level, "invalid-transitions", f"{len(invalid)} sentence(s) have a tag that "
-                                    f"does not continue an entity (e.g. I-X after O); {what}", split, invalid))
+            findings.append(
+                Finding(
+                    level,
+                    "invalid-transitions",
+                    f"{len(invalid)} sentence(s) have a tag that "
+                    f"does not continue an entity (e.g. I-X after O); {what}",
+                    split,
+                    invalid,
+                )
+            )
 
     per_row_types = {split: [list(entities([t.strip() for t in tags])) for tags in tags_of[split]] for split in data}
     typed = {split: _with_types(ds, per_row_types[split]) for split, ds in data.items()}
     known = None
     if opts.labels is not None:
         known = {split_tag(t)[1] for t in opts.labels} - {None}
-    findings += label_sets(ctx, typed, lambda row: row["__types__"], known=known,
-                           known_from="options.labels" if known is not None else "train",
-                           hint="; a run stops on such tags (fix them, or list every tag in options.labels)")
+    findings += label_sets(
+        ctx,
+        typed,
+        lambda row: row["__types__"],
+        known=known,
+        known_from="options.labels" if known is not None else "train",
+        hint="; a run stops on such tags (fix them, or list every tag in options.labels)",
+    )
     findings += balance(ctx, typed, lambda row: row["__types__"], what="entities")
     findings += blank_texts(ctx, data, [opts.tokens_column])
     words = lambda row: tuple(row[opts.tokens_column] or ())  # noqa: E731
-    findings += duplicates(ctx, data, words, label=lambda row: tuple(map(str, row[opts.tags_column] or ())),
-                           what="sentence")
+    findings += duplicates(
+        ctx, data, words, label=lambda row: tuple(map(str, row[opts.tags_column] or ())), what="sentence"
+    )
     findings += split_overlap(ctx, data, words, what="sentence")
     findings += _truncation(ctx, data, tags_of)
     return findings
@@ -118,6 +147,16 @@ def _truncation(ctx: RunContext, data: Any, tags_of: dict[str, list[list[str]]])
             if opts.overflow == "window"
             else "options.overflow = 'truncate' drops their words past the cut from training and scoring"
         )
-        out.append(truncation(split, long_rows, len(ds), gold=gold, gold_cut=lost, max_length=max_length,
-                              consequence=consequence, what="sentence(s)"))
+        out.append(
+            truncation(
+                split,
+                long_rows,
+                len(ds),
+                gold=gold,
+                gold_cut=lost,
+                max_length=max_length,
+                consequence=consequence,
+                what="sentence(s)",
+            )
+        )
     return out

@@ -88,7 +88,9 @@ def read_jsonl(path: Path, skip_invalid: bool = False) -> tuple[list[dict[str, A
     skipped: list[int] = []
     rows = []
     for number, obj in numbered_jsonl(
-        text_lines(path), str(path), on_invalid=skipped.append if skip_invalid else None,
+        text_lines(path),
+        str(path),
+        on_invalid=skipped.append if skip_invalid else None,
         hint="Fix the line, or skip bad rows with --set options.skip_invalid_rows=true.",
     ):
         obj[LINE] = number
@@ -153,7 +155,9 @@ def _short(value: Any) -> str:
 def to_dataset(checked: Checked, tokens_key: str, tags_key: str) -> Dataset:
     from datasets import Dataset
 
-    return Dataset.from_dict({tokens_key: checked.tokens, tags_key: [[str(t) for t in ts] for ts in checked.tags], LINE: checked.lines})
+    return Dataset.from_dict(
+        {tokens_key: checked.tokens, tags_key: [[str(t) for t in ts] for ts in checked.tags], LINE: checked.lines}
+    )
 
 
 def class_label_names(ds: Any, column: str) -> list[str] | None:

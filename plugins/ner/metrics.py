@@ -11,7 +11,9 @@ from .align import merge
 SEQEVAL_SCHEME = {"BIO": "IOB2", "IOB1": "IOB1", "BIOES": "IOBES"}
 
 
-def entity_report(gold: list[list[str]], pred: list[list[str]], mode: str = "default", scheme: str = "BIO") -> dict[str, float]:
+def entity_report(
+    gold: list[list[str]], pred: list[list[str]], mode: str = "default", scheme: str = "BIO"
+) -> dict[str, float]:
     """``precision``/``recall``/``f1`` (micro over entities), word ``accuracy``, and per entity
     type ``f1/PER``, ``precision/PER``, ``recall/PER``, ``support/PER``.
 
@@ -48,7 +50,9 @@ def entity_report(gold: list[list[str]], pred: list[list[str]], mode: str = "def
     return out
 
 
-def sentence_errors(info: dict[str, Any], gold: list[list[str]], pred: list[list[str]], separator: str) -> list[dict[str, Any]]:
+def sentence_errors(
+    info: dict[str, Any], gold: list[list[str]], pred: list[list[str]], separator: str
+) -> list[dict[str, Any]]:
     """The sentences whose predicted entities differ from the gold ones (``nlptasks eval``'s
     errors): file row, text, gold and predicted entities (type, word span, text), and which were
     missed and which invented."""
@@ -61,17 +65,28 @@ def sentence_errors(info: dict[str, Any], gold: list[list[str]], pred: list[list
         words = info["tokens"][k]
 
         def spans(tags: list[str], words: list[str] = words) -> list[dict[str, Any]]:
-            return [{"type": t, "start": a, "end": b + 1, "text": separator.join(words[a : b + 1])}
-                    for t, a, b in get_entities(tags)]
+            return [
+                {"type": t, "start": a, "end": b + 1, "text": separator.join(words[a : b + 1])}
+                for t, a, b in get_entities(tags)
+            ]
 
         gold_entities, predicted = spans(g), spans(p)
-        errors.append({"row": info["rows"][k], "text": separator.join(words), "gold": gold_entities,
-                       "predicted": predicted, "missed": [e for e in gold_entities if e not in predicted],
-                       "spurious": [e for e in predicted if e not in gold_entities]})
+        errors.append(
+            {
+                "row": info["rows"][k],
+                "text": separator.join(words),
+                "gold": gold_entities,
+                "predicted": predicted,
+                "missed": [e for e in gold_entities if e not in predicted],
+                "spurious": [e for e in predicted if e not in gold_entities],
+            }
+        )
     return errors
 
 
-def sentence_predictions(info: dict[str, Any], preds: Any, labels: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+def sentence_predictions(
+    info: dict[str, Any], preds: Any, labels: list[str]
+) -> tuple[list[list[str]], list[list[str]]]:
     """Gold and predicted tags of the scored words of every sentence, from window predictions.
 
     :param preds: predicted label ids per window and token position (``-100`` padding allowed).
@@ -81,7 +96,9 @@ def sentence_predictions(info: dict[str, Any], preds: Any, labels: list[str]) ->
     windows = info["windows"]
     if len(preds) != len(windows):
         raise NlptasksError(f"internal error: {len(preds)} predictions for {len(windows)} windows")
-    window_preds = [[labels[int(preds[w][pos])] if pos >= 0 else None for pos in win.first] for w, win in enumerate(windows)]
+    window_preds = [
+        [labels[int(preds[w][pos])] if pos >= 0 else None for pos in win.first] for w, win in enumerate(windows)
+    ]
     merged = merge(windows, window_preds, info["lengths"], default="O")
     covered = [0] * len(info["lengths"])
     for win in windows:

@@ -12,7 +12,9 @@ class NerOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tokens_column: str = Field("tokens", description="Column (or JSON key) holding the list of words (Chinese: characters).")
+    tokens_column: str = Field(
+        "tokens", description="Column (or JSON key) holding the list of words (Chinese: characters)."
+    )
     tags_column: str = Field(
         "tags", description="Column (or JSON key) holding one tag per word: strings, or ints of a ClassLabel sequence."
     )

@@ -39,17 +39,23 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
     elif ctx.recipe.peft is not None and ctx.recipe.peft.method in VIRTUAL_TOKEN_METHODS:
         reason = f"peft.method = {ctx.recipe.peft.method!r} adds virtual tokens that packed sentences would share"
     elif ctx.recipe.optimize.attention != "auto":
-        reason = (f"optimize.attention = {ctx.recipe.optimize.attention!r} replaces the attention that splits a "
-                  "packed row per sentence")
+        reason = (
+            f"optimize.attention = {ctx.recipe.optimize.attention!r} replaces the attention that splits a "
+            "packed row per sentence"
+        )
     elif not (switched := use_segment_attention(model)):
         attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
-        reason = f"{type(model).__name__} does not use SDPA attention ({attention!r}), which packing splits per sentence"
+        reason = (
+            f"{type(model).__name__} does not use SDPA attention ({attention!r}), which packing splits per sentence"
+        )
     elif not keeps_examples_apart(model, pack):
         reason = f"{type(model).__name__} lets packed sentences attend to each other"
     if reason is None:
         if fixed:
-            ctx.log.warning('options.packing = true: training batches are packed; train.padding = "max_length" '
-                            "pads the evaluation batches only")
+            ctx.log.warning(
+                'options.packing = true: training batches are packed; train.padding = "max_length" '
+                "pads the evaluation batches only"
+            )
         return True
     if switched:
         model.set_attn_implementation("sdpa")

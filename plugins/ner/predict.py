@@ -36,8 +36,10 @@ class NerPredictor:
     implement ``nlptasks infer --format conll``.
     """
 
-    formats = {"conll": "CoNLL: token (first column) per line, blank line between sentences; "
-                        "writes token and predicted tag per line"}
+    formats = {
+        "conll": "CoNLL: token (first column) per line, blank line between sentences; "
+        "writes token and predicted tag per line"
+    }
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
         self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForTokenClassification", options)
@@ -103,8 +105,9 @@ class NerPredictor:
             probs = np.exp(values - values.max(axis=-1, keepdims=True))
             probs /= probs.sum(axis=-1, keepdims=True)
             best = probs.argmax(axis=-1)
-            window_preds.append([None if pos < 0 else (int(best[pos]), float(probs[pos, best[pos]]))
-                                 for pos in window.first])
+            window_preds.append(
+                [None if pos < 0 else (int(best[pos]), float(probs[pos, best[pos]])) for pos in window.first]
+            )
         merged = merge(windows, window_preds, [len(sentences[i]) for i in todo], default=None)
         o_id = next((i for i, name in self.id2label.items() if name == "O"), 0)
         for i, words in zip(todo, merged, strict=True):
@@ -121,11 +124,12 @@ class NerPredictor:
             for kind, a, b in entity_spans(tags):
                 start, end = spans[a][0], spans[b][1]
                 score = sum(p for _, p in tagged[a : b + 1]) / (b - a + 1)
-                entities.append({"type": kind, "text": text[start:end], "start": start, "end": end, "score": round(score, 6)})
+                entities.append(
+                    {"type": kind, "text": text[start:end], "start": start, "end": end, "score": round(score, 6)}
+                )
             result: dict[str, Any] = {"text": text, "entities": entities}
             if as_tokens:
                 result["tokens"] = words
                 result["tags"] = tags
             results.append(result)
         return results
-

@@ -29,10 +29,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from nlptasks.plugin import (
-    LoadOptions,
     ROW_COLUMN,
     Evaluation,
     Finding,
+    LoadOptions,
     Problem,
     RecipeError,
     RunContext,
@@ -128,8 +128,17 @@ def _metrics(options: PairOptions) -> tuple[str, ...]:
     checkpoints)"""
     if options.mode == "bi" or options.label_type == "score":
         return ("spearman", "pearson")
-    return ("accuracy", "f1_macro", "precision_macro", "recall_macro", "f1", "f1/<class>", "precision/<class>",
-            "recall/<class>", "support/<class>")
+    return (
+        "accuracy",
+        "f1_macro",
+        "precision_macro",
+        "recall_macro",
+        "f1",
+        "f1/<class>",
+        "precision/<class>",
+        "recall/<class>",
+        "support/<class>",
+    )
 
 
 def _usage(manifest: dict[str, Any]) -> Usage:
@@ -138,8 +147,14 @@ def _usage(manifest: dict[str, Any]) -> Usage:
     pair = tuple(example) if isinstance(example, list) and len(example) == 2 else ("text a", "text b")
     labels = None
     if manifest.get("mode") == "bi":
-        labels = ("`" + "`, `".join(manifest["labels"]) + f"` (cosine similarity ≥ {manifest['threshold']:.4f}: "
-                  f"`{manifest['labels'][1]}`)") if manifest.get("threshold") is not None and manifest.get("labels")             else "- (similarity scores)"
+        labels = (
+            (
+                "`" + "`, `".join(manifest["labels"]) + f"` (cosine similarity ≥ {manifest['threshold']:.4f}: "
+                f"`{manifest['labels'][1]}`)"
+            )
+            if manifest.get("threshold") is not None and manifest.get("labels")
+            else "- (similarity scores)"
+        )
     elif manifest.get("label_type") == "score":
         low, high = (manifest.get("score_range") or [None, None])[:2]
         labels = f"- (scores, {low:g} to {high:g} in training)" if low is not None else "- (scores)"
@@ -182,8 +197,13 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         if opts.mode == "bi" and len(labels) != 2:
             raise RecipeError(
                 "recipe",
-                [Problem("options.mode", f"the bi-encoder needs two classes or scores; the data has {len(labels)} "
-                         f"labels ({', '.join(labels)}); use mode = \"cross\" for more classes")],
+                [
+                    Problem(
+                        "options.mode",
+                        f"the bi-encoder needs two classes or scores; the data has {len(labels)} "
+                        f'labels ({", ".join(labels)}); use mode = "cross" for more classes',
+                    )
+                ],
             )
         target = lambda v: label2id[_label_text(v)]  # noqa: E731
     else:
@@ -193,7 +213,11 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             ctx.manifest["score_range"] = [min(scores), max(scores)]  # type: ignore[type-var]
 
     train = data["train"] if "train" in data else None
-    corpus = None if train is None else [str(t) for t in train[opts.text_a_column]] + [str(t) for t in train[opts.text_b_column]]
+    corpus = (
+        None
+        if train is None
+        else [str(t) for t in train[opts.text_a_column]] + [str(t) for t in train[opts.text_b_column]]
+    )
     tokenizer = get_tokenizer(ctx, corpus=corpus)
     max_length = ctx.recipe.model.max_length
     pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
@@ -219,8 +243,11 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     out = DatasetDict()
     for split, ds in data.items():
         if split != "train":  # the errors of nlptasks eval name the file row and show both texts
-            ctx.side[split] = {"rows": list(ds[ROW_COLUMN]), "text_a": [str(t) for t in ds[opts.text_a_column]],
-                               "text_b": [str(t) for t in ds[opts.text_b_column]]}
+            ctx.side[split] = {
+                "rows": list(ds[ROW_COLUMN]),
+                "text_a": [str(t) for t in ds[opts.text_a_column]],
+                "text_b": [str(t) for t in ds[opts.text_b_column]],
+            }
         out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
     ctx.manifest.update(
         mode=opts.mode,
@@ -244,20 +271,34 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     pairs shared by train and validation/test, and pairs longer than model.max_length."""
     opts: PairOptions = ctx.options
     findings = []
-    names = {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column, "label_column": opts.label_column}
+    names = {
+        "text_a_column": opts.text_a_column,
+        "text_b_column": opts.text_b_column,
+        "label_column": opts.label_column,
+    }
     for split, ds in data.items():
         for key, column in names.items():
             if column not in ds.column_names:
-                findings.append(Finding("error", "columns", f"no column {column!r} (options.{key}); the columns are: "
-                                        f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)}", split))
+                findings.append(
+                    Finding(
+                        "error",
+                        "columns",
+                        f"no column {column!r} (options.{key}); the columns are: "
+                        f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)}",
+                        split,
+                    )
+                )
     if findings:
         return findings
     consequence = "a run stops on them" if opts.bad_rows == "error" else "a run skips them (options.bad_rows = 'skip')"
     level = "error" if opts.bad_rows == "error" else "warning"
     findings += blank_texts(ctx, data, [opts.text_a_column, opts.text_b_column], level=level, consequence=consequence)
     for split, ds in data.items():
-        bad = [n for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True)
-               if _label_text(v) is None or (opts.label_type == "score" and _score(v) is None)]
+        bad = [
+            n
+            for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True)
+            if _label_text(v) is None or (opts.label_type == "score" and _score(v) is None)
+        ]
         if bad:
             what = "without a numeric score" if opts.label_type == "score" else "without a label"
             findings.append(Finding(level, "empty-label", f"{len(bad)} row(s) {what}; {consequence}", split, bad))
@@ -268,25 +309,41 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     pair = lambda row: (norm(row[opts.text_a_column]), norm(row[opts.text_b_column]))  # noqa: E731
     either_order = lambda row: tuple(sorted(pair(row)))  # noqa: E731
     if opts.label_type == "classes":
+
         def labels_of(row: dict[str, Any]) -> list[str]:
             label = _label_text(row[opts.label_column])
             return [] if label is None else [label]
 
-        findings += label_sets(ctx, data, labels_of, known=opts.labels,
-                               known_from="options.labels" if opts.labels else "train",
-                               hint="; a run stops on them (fix the rows, or list every label in options.labels)")
+        findings += label_sets(
+            ctx,
+            data,
+            labels_of,
+            known=opts.labels,
+            known_from="options.labels" if opts.labels else "train",
+            hint="; a run stops on them (fix the rows, or list every label in options.labels)",
+        )
         findings += balance(ctx, data, labels_of)
     else:
         for split, ds in data.items():
             scores = [x for x in (_score(v) for v in ds[opts.label_column]) if x is not None]
             if scores:
-                findings.append(Finding("info", "scores", f"scores from {min(scores):g} to {max(scores):g}, mean "
-                                        f"{sum(scores) / len(scores):.2f} over {len(scores):,} rows", split))
+                findings.append(
+                    Finding(
+                        "info",
+                        "scores",
+                        f"scores from {min(scores):g} to {max(scores):g}, mean "
+                        f"{sum(scores) / len(scores):.2f} over {len(scores):,} rows",
+                        split,
+                    )
+                )
     findings += duplicates(ctx, data, either_order, label=lambda row: _label_text(row[opts.label_column]), what="pair")
     findings += split_overlap(ctx, data, either_order, what="pair (in either order)")
 
-    corpus = [norm(t) for column in (opts.text_a_column, opts.text_b_column) for t in data["train"][column]] \
-        if "train" in data else []
+    corpus = (
+        [norm(t) for column in (opts.text_a_column, opts.text_b_column) for t in data["train"][column]]
+        if "train" in data
+        else []
+    )
     tokenizer = get_tokenizer(ctx, corpus=corpus)
     max_length = ctx.recipe.model.max_length
     for split, ds in data.items():
@@ -298,8 +355,16 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
             la, lb = (tokenizer(side, truncation=False)["input_ids"] for side in (a, b))
             lengths = [max(len(x), len(y)) for x, y in zip(la, lb, strict=True)]
         long_rows = [n for n, length in zip(row_numbers(ds), lengths, strict=True) if length > max_length]
-        findings.append(truncation(split, long_rows, len(ds), max_length=max_length, what="pair(s)",
-                                   consequence="their ends are cut off; raise model.max_length to keep them"))
+        findings.append(
+            truncation(
+                split,
+                long_rows,
+                len(ds),
+                max_length=max_length,
+                what="pair(s)",
+                consequence="their ends are cut off; raise model.max_length to keep them",
+            )
+        )
     return findings
 
 

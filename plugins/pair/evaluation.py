@@ -21,14 +21,21 @@ def pair_errors(ctx: RunContext, evaluation: Any) -> list[dict[str, Any]]:
         return classification_errors(evaluation, list(ctx.labels or []), fields)
     predictions = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
     predicted, gold = predictions.reshape(-1), evaluation.label_ids.reshape(-1)
-    rows = [{"row": side["rows"][i], "text_a": side["text_a"][i], "text_b": side["text_b"][i]} for i in range(len(gold))]
+    rows = [
+        {"row": side["rows"][i], "text_a": side["text_a"][i], "text_b": side["text_b"][i]} for i in range(len(gold))
+    ]
     threshold = (ctx.trained_manifest or ctx.manifest).get("threshold")
     if opts.label_type == "classes" and threshold is not None:
         labels = list(ctx.labels or [])
-        return [{**r, "gold": labels[int(g > 0.5)], "predicted": labels[int(p >= threshold)], "score": round(float(p), 6)}
-                for r, p, g in zip(rows, predicted, gold, strict=True) if (p >= threshold) != (g > 0.5)]
-    out = [{**r, "gold": float(g), "predicted": round(float(p), 6), "abs_error": round(abs(float(p) - float(g)), 6)}
-           for r, p, g in zip(rows, predicted, gold, strict=True)]
+        return [
+            {**r, "gold": labels[int(g > 0.5)], "predicted": labels[int(p >= threshold)], "score": round(float(p), 6)}
+            for r, p, g in zip(rows, predicted, gold, strict=True)
+            if (p >= threshold) != (g > 0.5)
+        ]
+    out = [
+        {**r, "gold": float(g), "predicted": round(float(p), 6), "abs_error": round(abs(float(p) - float(g)), 6)}
+        for r, p, g in zip(rows, predicted, gold, strict=True)
+    ]
     return sorted(out, key=lambda e: -e["abs_error"])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nlptasks.plugin import UNKNOWN_LABEL, ROW_COLUMN, DataError, RunContext, filter_rows, require_columns, sort_labels
+from nlptasks.plugin import ROW_COLUMN, UNKNOWN_LABEL, DataError, RunContext, filter_rows, require_columns, sort_labels
 from nlptasks.plugin import label_text as _label_text
 
 if TYPE_CHECKING:
@@ -43,8 +43,11 @@ def clean(ctx: RunContext, data: Any) -> Any:
     from datasets import DatasetDict
 
     opts: PairOptions = ctx.options
-    require_columns(ctx, data, {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column,
-                                "label_column": opts.label_column})
+    require_columns(
+        ctx,
+        data,
+        {"text_a_column": opts.text_a_column, "text_b_column": opts.text_b_column, "label_column": opts.label_column},
+    )
 
     def problem(row: dict[str, Any]) -> str | None:
         label = row[opts.label_column]
@@ -58,8 +61,14 @@ def clean(ctx: RunContext, data: Any) -> Any:
     data = DatasetDict({split: filter_rows(ctx, split, ds, problem, on_problem, hint) for split, ds in data.items()})
     if ctx.trained_run is not None and opts.label_type == "classes":  # nlptasks eval: only the run's labels are scored
         known = set(ctx.labels or [])
-        data = DatasetDict({split: filter_rows(ctx, split, ds, lambda row: None if _label_text(
-            row[opts.label_column]) in known else UNKNOWN_LABEL) for split, ds in data.items()})
+        data = DatasetDict(
+            {
+                split: filter_rows(
+                    ctx, split, ds, lambda row: None if _label_text(row[opts.label_column]) in known else UNKNOWN_LABEL
+                )
+                for split, ds in data.items()
+            }
+        )
     return data
 
 
@@ -77,14 +86,14 @@ def class_labels(ctx: RunContext, data: Any) -> list[str]:
     if opts.labels is None and fractional and all(score_value(v) is not None for v in labels):
         raise DataError(
             f"the labels look like similarity scores ({len(labels)} distinct numbers such as "
-            f"{fractional[0]!r}), but options.label_type is \"classes\"",
+            f'{fractional[0]!r}), but options.label_type is "classes"',
             path=ctx.sources.get("train"),
             hint="Train a regression head on the scores: --set options.label_type=score",
         )
     if len(labels) < 2:
         raise DataError(
             f"the training data has a single label ({labels[0]!r}); classes need at least two "
-            "(for numeric similarity, set options.label_type = \"score\")",
+            '(for numeric similarity, set options.label_type = "score")',
             path=ctx.sources.get("train"),
         )
     known = set(labels)
@@ -97,6 +106,6 @@ def class_labels(ctx: RunContext, data: Any) -> list[str]:
                     path=ctx.sources.get(split, split),
                     row=row,
                     hint="Fix the row, list every label in options.labels, or for numeric "
-                    "similarity set options.label_type = \"score\".",
+                    'similarity set options.label_type = "score".',
                 )
     return labels

@@ -19,10 +19,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
-    LoadOptions,
     ROW_COLUMN,
     VIRTUAL_TOKEN_METHODS,
     DataError,
+    LoadOptions,
     Problem,
     RecipeError,
     RunContext,
@@ -65,9 +65,13 @@ class SftOptions(BaseModel):
         "(by the columns present).",
     )
     instruction_column: str = Field("instruction", description="Alpaca shape: the instruction column.")
-    input_column: str = Field("input", description="Alpaca shape: the optional input column (appended to the instruction).")
+    input_column: str = Field(
+        "input", description="Alpaca shape: the optional input column (appended to the instruction)."
+    )
     output_column: str = Field("output", description="Alpaca shape: the response column.")
-    messages_column: str = Field("messages", description="Chat shape: the column with the list of {role, content} turns.")
+    messages_column: str = Field(
+        "messages", description="Chat shape: the column with the list of {role, content} turns."
+    )
     template: Literal["auto", "chatml", "alpaca", "tokenizer"] = Field(
         "auto",
         description="Chat template, stored with the run: 'tokenizer' (the tokenizer's own), 'chatml', "
@@ -144,7 +148,9 @@ def _usage(manifest: dict[str, Any]) -> Usage:
 # ---------------------------------------------------------------------------------------------
 
 
-def tokenizer_and_template(ctx: RunContext, train: list[tuple[int, list[dict[str, str]]]]) -> tuple[Any, Any, list[int]]:
+def tokenizer_and_template(
+    ctx: RunContext, train: list[tuple[int, list[dict[str, str]]]]
+) -> tuple[Any, Any, list[int]]:
     """The tokenizer (built from the training conversations when from scratch), the chat
     template with it, and the token ids generation stops at."""
     from .templates import choose_template, stop_token_ids
@@ -161,7 +167,15 @@ def tokenizer_and_template(ctx: RunContext, train: list[tuple[int, list[dict[str
     template = choose_template(name, tokenizer, scratch=ctx.recipe.model.scratch is not None)
     stops = stop_token_ids(tokenizer, template.stop_tokens)
     if not stops:
-        raise RecipeError("recipe", [Problem("options.template", "the tokenizer has no eos token and the template no end-of-turn token: generation could never stop")])
+        raise RecipeError(
+            "recipe",
+            [
+                Problem(
+                    "options.template",
+                    "the tokenizer has no eos token and the template no end-of-turn token: generation could never stop",
+                )
+            ],
+        )
     return tokenizer, template, stops
 
 
@@ -186,7 +200,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         try:
             shape = detect_shape(ds.column_names, opts)
         except RowProblem as exc:
-            raise DataError(str(exc), path=where, hint="Name the columns in [options] (see `nlptasks schema`).") from None
+            raise DataError(
+                str(exc), path=where, hint="Name the columns in [options] (see `nlptasks schema`)."
+            ) from None
         rows = ds[ROW_COLUMN] if ROW_COLUMN in ds.column_names else list(range(1, len(ds) + 1))
         kept, refs, bad = [], [], 0
         for row_number, row in zip(rows, ds, strict=True):
@@ -196,7 +212,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             except RowProblem as exc:
                 if opts.bad_rows == "error":
                     raise DataError(
-                        str(exc), path=where, row=row_number,
+                        str(exc),
+                        path=where,
+                        row=row_number,
                         hint="Fix the row, or skip such rows with --set options.bad_rows=skip.",
                     ) from None
                 bad += 1
@@ -208,8 +226,11 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
     tokenizer, template, stops = tokenizer_and_template(ctx, conversations.get("train", []))
     ctx.state["stop_ids"] = stops
-    ctx.log.info("template %s (stored with the tokenizer); generation stops at %s", template.name,
-                 ", ".join(tokenizer.convert_ids_to_tokens(stops)))
+    ctx.log.info(
+        "template %s (stored with the tokenizer); generation stops at %s",
+        template.name,
+        ", ".join(tokenizer.convert_ids_to_tokens(stops)),
+    )
 
     max_length = ctx.recipe.model.max_length
     out = DatasetDict()
@@ -221,14 +242,19 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             try:
                 text, spans = supervised_spans(tokenizer, messages)
             except ValueError as exc:
-                raise DataError(str(exc), path=where, row=row_number, hint="Use a built-in template: --set options.template=chatml") from None
-            enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=True, max_length=max_length)
+                raise DataError(
+                    str(exc), path=where, row=row_number, hint="Use a built-in template: --set options.template=chatml"
+                ) from None
+            enc = tokenizer(
+                text, add_special_tokens=False, return_offsets_mapping=True, truncation=True, max_length=max_length
+            )
             labels = loss_labels(enc["input_ids"], enc["offset_mapping"], spans)
             if all(v == -100 for v in labels):
                 if opts.no_response == "error":
                     raise DataError(
                         f"the response is cut away entirely: the prompt alone fills model.max_length ({max_length} tokens)",
-                        path=where, row=row_number,
+                        path=where,
+                        row=row_number,
                         hint="Raise --set model.max_length=N, or drop such rows with --set options.no_response=drop.",
                     )
                 cut += 1
@@ -245,8 +271,14 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         out[split] = Dataset.from_dict(columns)
         supervised = sum(sum(1 for v in labels if v != -100) for labels in columns["labels"])
         total = sum(len(ids) for ids in columns["input_ids"])
-        ctx.log.info("%s: %d examples, %s tokens, %s in the loss (%.0f%%)", split, len(out[split]),
-                     f"{total:,}", f"{supervised:,}", 100 * supervised / max(1, total))
+        ctx.log.info(
+            "%s: %d examples, %s tokens, %s in the loss (%.0f%%)",
+            split,
+            len(out[split]),
+            f"{total:,}",
+            f"{supervised:,}",
+            100 * supervised / max(1, total),
+        )
 
     gen = opts.generation_eval
     if gen is not None or ctx.trained_run is not None:  # nlptasks eval lists every generation
@@ -336,7 +368,9 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
 
 
 @hookimpl
-def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any) -> Any:
+def nlptasks_trainer(
+    ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+) -> Any:
     from transformers import Trainer, TrainerCallback
 
     class SftTrainer(Trainer):
@@ -374,8 +408,12 @@ def generation_score(ctx: RunContext, model: Any, split: str) -> float:
     rows = ctx.state["generation_rows"][split]
     settings = GenerationSettings(max_new_tokens=gen.max_new_tokens) if gen is not None else GenerationSettings()
     predictions = generate(
-        model, ctx.tokenizer, [messages for _, messages, _ in rows], ctx.state["stop_ids"],
-        settings, max_length=ctx.recipe.model.max_length,
+        model,
+        ctx.tokenizer,
+        [messages for _, messages, _ in rows],
+        ctx.state["stop_ids"],
+        settings,
+        max_length=ctx.recipe.model.max_length,
     )
     ctx.state.setdefault("generations", {})[split] = predictions
     return score(gen.metric if gen is not None else "rouge_l", predictions, [ref for _, _, ref in rows])
@@ -405,9 +443,16 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
         return None
     gen = ctx.options.generation_eval
     metric = gen.metric if gen is not None else "rouge_l"
-    out = [{"row": row, "prompt": messages[-1]["content"] if messages else "", "reference": ref,
-            "generation": text, metric: round(METRICS[metric](text, ref), 6)}
-           for (row, messages, ref), text in zip(rows, generations, strict=True)]
+    out = [
+        {
+            "row": row,
+            "prompt": messages[-1]["content"] if messages else "",
+            "reference": ref,
+            "generation": text,
+            metric: round(METRICS[metric](text, ref), 6),
+        }
+        for (row, messages, ref), text in zip(rows, generations, strict=True)
+    ]
     return sorted(out, key=lambda e: e[metric])
 
 

@@ -30,7 +30,9 @@ def check(ctx: RunContext, data: Any) -> list[Finding]:
             except RowProblem as exc:
                 bad.setdefault(str(exc), []).append(number)
         for problem, rows in bad.items():
-            consequence = "a run stops on them" if opts.bad_rows == "error" else "a run skips them (options.bad_rows = 'skip')"
+            consequence = (
+                "a run stops on them" if opts.bad_rows == "error" else "a run skips them (options.bad_rows = 'skip')"
+            )
             level = "error" if opts.bad_rows == "error" else "warning"
             findings.append(Finding(level, "malformed", f"{len(rows)} row(s): {problem}; {consequence}", split, rows))
         conversations[split] = kept
@@ -41,8 +43,13 @@ def check(ctx: RunContext, data: Any) -> list[Finding]:
         return json.dumps([[m["role"], " ".join(m["content"].split())] for m in messages[:-1]], ensure_ascii=False)
 
     as_rows = {split: _Rows(conv) for split, conv in conversations.items()}
-    findings += duplicates(ctx, as_rows, lambda r: prompt(r["messages"]),
-                           label=lambda r: " ".join(r["messages"][-1]["content"].split()), what="prompt")
+    findings += duplicates(
+        ctx,
+        as_rows,
+        lambda r: prompt(r["messages"]),
+        label=lambda r: " ".join(r["messages"][-1]["content"].split()),
+        what="prompt",
+    )
     findings += split_overlap(ctx, as_rows, lambda r: prompt(r["messages"]), what="prompt")
 
     tokenizer, _, _ = tokenizer_and_template(ctx, conversations.get("train", []))
@@ -53,8 +60,15 @@ def check(ctx: RunContext, data: Any) -> list[Finding]:
             try:
                 text, spans = supervised_spans(tokenizer, messages)
             except ValueError as exc:
-                findings.append(Finding("error", "template", f"{exc} (use a built-in template: options.template = "
-                                        "'chatml')", split, [number]))
+                findings.append(
+                    Finding(
+                        "error",
+                        "template",
+                        f"{exc} (use a built-in template: options.template = 'chatml')",
+                        split,
+                        [number],
+                    )
+                )
                 break
             enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
             labels = loss_labels(enc["input_ids"], enc["offset_mapping"], spans)
@@ -66,17 +80,34 @@ def check(ctx: RunContext, data: Any) -> list[Finding]:
                 lost += beyond
                 if in_loss and beyond == len(in_loss):
                     cut_away.append(number)
-        findings.append(truncation(split, long_rows, len(items), gold=gold, gold_cut=lost, max_length=max_length,
-                                   what="example(s)", consequence="their responses are cut; raise model.max_length"))
+        findings.append(
+            truncation(
+                split,
+                long_rows,
+                len(items),
+                gold=gold,
+                gold_cut=lost,
+                max_length=max_length,
+                what="example(s)",
+                consequence="their responses are cut; raise model.max_length",
+            )
+        )
         findings[-1].message = findings[-1].message.replace("gold labels", "response tokens")
         if cut_away:
             if opts.no_response == "error":
                 level, what = "error", "a run stops on them (or drops them with options.no_response = 'drop')"
             else:
                 level, what = "warning", "a run drops them (options.no_response = 'drop')"
-            findings.append(Finding(level, "response-cut-away", f"{len(cut_away)} example(s) lose their whole "
-                                    f"response to model.max_length = {max_length}: the prompt fills it; {what}",
-                                    split, cut_away))
+            findings.append(
+                Finding(
+                    level,
+                    "response-cut-away",
+                    f"{len(cut_away)} example(s) lose their whole "
+                    f"response to model.max_length = {max_length}: the prompt fills it; {what}",
+                    split,
+                    cut_away,
+                )
+            )
     return findings
 
 

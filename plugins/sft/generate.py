@@ -126,9 +126,12 @@ class ChatMixin:
         if not isinstance(messages, list):
             raise DataError("messages must be a list of {role, content} turns")
         try:
-            conversation = to_messages({"messages": messages}, "chat",
-                                       self.options.model_copy(update={"messages_column": "messages"}),
-                                       need_answer=False)
+            conversation = to_messages(
+                {"messages": messages},
+                "chat",
+                self.options.model_copy(update={"messages_column": "messages"}),
+                need_answer=False,
+            )
         except RowProblem as exc:
             raise DataError(f"messages: {exc}") from None
         own = self.settings
@@ -137,8 +140,16 @@ class ChatMixin:
             temperature=own.temperature if temperature is None else temperature,
             top_p=own.top_p if top_p is None else top_p,
         )
-        return stream_reply(self.model, self.tokenizer, conversation, self.stop_ids, settings,
-                            max_length=self.max_length, stop=stop or (), info=info)
+        return stream_reply(
+            self.model,
+            self.tokenizer,
+            conversation,
+            self.stop_ids,
+            settings,
+            max_length=self.max_length,
+            stop=stop or (),
+            info=info,
+        )
 
 
 def stream_reply(
@@ -173,8 +184,15 @@ def stream_reply(
     return _pieces(model, tokenizer, ids, stop_ids, settings, [s for s in stop if s], info)
 
 
-def _pieces(model: Any, tokenizer: Any, ids: list[int], stop_ids: list[int], settings: GenerationSettings,
-            stop: list[str], info: dict[str, Any]) -> Iterator[str]:
+def _pieces(
+    model: Any,
+    tokenizer: Any,
+    ids: list[int],
+    stop_ids: list[int],
+    settings: GenerationSettings,
+    stop: list[str],
+    info: dict[str, Any],
+) -> Iterator[str]:
     import queue
     import threading
 
@@ -211,8 +229,11 @@ def _pieces(model: Any, tokenizer: Any, ids: list[int], stop_ids: list[int], set
                 model.generate(
                     input_ids=torch.tensor([ids], dtype=torch.long, device=device),
                     attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=device),
-                    eos_token_id=stop_ids, pad_token_id=pad_id, streamer=Streamer(),
-                    stopping_criteria=StoppingCriteriaList([Halt()]), **settings.kwargs(),
+                    eos_token_id=stop_ids,
+                    pad_token_id=pad_id,
+                    streamer=Streamer(),
+                    stopping_criteria=StoppingCriteriaList([Halt()]),
+                    **settings.kwargs(),
                 )
         except BaseException as exc:  # handed to the consumer
             failure.append(exc)
@@ -244,7 +265,7 @@ def _pieces(model: Any, tokenizer: Any, ids: list[int], stop_ids: list[int], set
             if finish == "stop":
                 break
             ready = _stable(text, stop)
-            piece = ready[len(sent):] if ready.startswith(sent) else ""
+            piece = ready[len(sent) :] if ready.startswith(sent) else ""
             sent += piece
             yield piece
         halt.set()
@@ -257,7 +278,7 @@ def _pieces(model: Any, tokenizer: Any, ids: list[int], stop_ids: list[int], set
             text, finish = text[:hit].rstrip(), "stop"
         info["finish_reason"] = finish
         if text.startswith(sent) and len(text) > len(sent):
-            yield text[len(sent):]
+            yield text[len(sent) :]
     finally:
         halt.set()
         thread.join()

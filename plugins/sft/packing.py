@@ -30,7 +30,7 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
         elif ctx.recipe.train.padding == "max_length":
             reason = 'train.padding = "max_length" asks for fixed shapes'
         if reason:
-            ctx.log.info("packing off (options.packing = \"auto\"): %s", reason)
+            ctx.log.info('packing off (options.packing = "auto"): %s', reason)
             return False
     # optimize.attention, when set, replaces the model's attention right after this step
     ctx.state["segment_attention"] = ctx.recipe.optimize.attention == "auto" and use_segment_attention(model)
@@ -41,7 +41,7 @@ def resolve_packing(ctx: RunContext, model: Any) -> bool:
             model.set_attn_implementation("sdpa")
         if setting is True:
             raise
-        ctx.log.info("packing off (options.packing = \"auto\"): %s", exc.problems[0].message)
+        ctx.log.info('packing off (options.packing = "auto"): %s', exc.problems[0].message)
         return False
     return True
 

@@ -33,8 +33,9 @@ class SftPredictor(ChatMixin):
         self.batch_size = options.batch_size or 16
         self.settings = GenerationSettings()
 
-    def configure_generation(self, max_new_tokens: int | None = None, temperature: float | None = None,
-                             top_p: float | None = None) -> None:
+    def configure_generation(
+        self, max_new_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None
+    ) -> None:
         """``nlptasks infer --max-new-tokens/--temperature/--top-p``."""
         if max_new_tokens is not None:
             self.settings.max_new_tokens = max_new_tokens
@@ -74,7 +75,12 @@ class SftPredictor(ChatMixin):
 
         pairs = [self.conversation(item, i) for i, item in enumerate(inputs)]
         responses = generate(
-            self.model, self.tokenizer, [m for _, m in pairs], self.stop_ids, self.settings,
-            batch_size=self.batch_size, max_length=self.max_length,
+            self.model,
+            self.tokenizer,
+            [m for _, m in pairs],
+            self.stop_ids,
+            self.settings,
+            batch_size=self.batch_size,
+            max_length=self.max_length,
         )
         return [{"prompt": p, "response": r} for (p, _), r in zip(pairs, responses, strict=True)]

@@ -122,9 +122,7 @@ def supervised_spans(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[st
     return full, spans
 
 
-def loss_labels(
-    input_ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]
-) -> list[int]:
+def loss_labels(input_ids: list[int], offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[int]:
     """Labels for a causal LM: the token id where the token *starts* inside a supervised span,
     else -100."""
     labels = []

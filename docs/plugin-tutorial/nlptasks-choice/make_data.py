@@ -56,8 +56,9 @@ def read_rows(path: Path) -> list[dict[str, object]]:
             continue
         fields = line.split("\t")
         assert len(fields) == 7 and fields[6] in "0123", (number, line)
-        rows.append({"id": number, "category": fields[0], "context": fields[1], "choices": fields[2:6],
-                     "label": int(fields[6])})
+        rows.append(
+            {"id": number, "category": fields[0], "context": fields[1], "choices": fields[2:6], "label": int(fields[6])}
+        )
     return rows
 
 

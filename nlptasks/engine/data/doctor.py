@@ -52,8 +52,13 @@ def is_blank(value: Any) -> bool:
     return False
 
 
-def blank_texts(ctx: RunContext, data: Any, columns: Iterable[str], level: Level = "warning",
-                consequence: str = "a run drops these rows") -> list[Finding]:
+def blank_texts(
+    ctx: RunContext,
+    data: Any,
+    columns: Iterable[str],
+    level: Level = "warning",
+    consequence: str = "a run drops these rows",
+) -> list[Finding]:
     """Rows whose text column is missing, empty or whitespace only (one finding per split and
     column, telling empty from whitespace-only)."""
     out = []
@@ -71,13 +76,21 @@ def blank_texts(ctx: RunContext, data: Any, columns: Iterable[str], level: Level
             parts = [f"{len(empty)} empty" if empty else "", f"{len(spaces)} whitespace-only" if spaces else ""]
             if empty or spaces:
                 what = " and ".join(p for p in parts if p)
-                out.append(Finding(level, "empty-text", f"{what} {column!r} value(s); {consequence}", split,
-                                   sorted(empty + spaces)))
+                out.append(
+                    Finding(
+                        level, "empty-text", f"{what} {column!r} value(s); {consequence}", split, sorted(empty + spaces)
+                    )
+                )
     return out
 
 
-def duplicates(ctx: RunContext, data: Any, key: Callable[[dict[str, Any]], Hashable],
-               label: Callable[[dict[str, Any]], Hashable] | None = None, what: str = "text") -> list[Finding]:
+def duplicates(
+    ctx: RunContext,
+    data: Any,
+    key: Callable[[dict[str, Any]], Hashable],
+    label: Callable[[dict[str, Any]], Hashable] | None = None,
+    what: str = "text",
+) -> list[Finding]:
     """Repeated examples within each split (same ``key``), and, with ``label``, repeats that
     disagree on the label (warning: the data contradicts itself)."""
     out = []
@@ -96,19 +109,32 @@ def duplicates(ctx: RunContext, data: Any, key: Callable[[dict[str, Any]], Hasha
             else:
                 seen[k] = (number, lab)
         if conflicting:
-            out.append(Finding("warning", "conflicting-duplicates",
-                               f"{len(conflicting)} row(s) repeat an earlier {what} with a different label", split,
-                               conflicting))
+            out.append(
+                Finding(
+                    "warning",
+                    "conflicting-duplicates",
+                    f"{len(conflicting)} row(s) repeat an earlier {what} with a different label",
+                    split,
+                    conflicting,
+                )
+            )
         if repeated:
             share = len(repeated) / max(1, len(ds))
-            out.append(Finding("warning", "duplicates",
-                               f"{len(repeated)} row(s) ({share:.1%}) repeat an earlier {what} of this split", split,
-                               repeated))
+            out.append(
+                Finding(
+                    "warning",
+                    "duplicates",
+                    f"{len(repeated)} row(s) ({share:.1%}) repeat an earlier {what} of this split",
+                    split,
+                    repeated,
+                )
+            )
     return out
 
 
-def split_overlap(ctx: RunContext, data: Any, key: Callable[[dict[str, Any]], Hashable],
-                  what: str = "text") -> list[Finding]:
+def split_overlap(
+    ctx: RunContext, data: Any, key: Callable[[dict[str, Any]], Hashable], what: str = "text"
+) -> list[Finding]:
     """Validation/test rows whose ``key`` also occurs in train: their scores measure memory."""
     if "train" not in data:
         return []
@@ -121,15 +147,28 @@ def split_overlap(ctx: RunContext, data: Any, key: Callable[[dict[str, Any]], Ha
         shared = [n for n, row in zip(row_numbers(ds), ds, strict=True) if key(row) in train and not is_blank(key(row))]
         if shared:
             share = len(shared) / max(1, len(ds))
-            out.append(Finding("warning", "overlap",
-                               f"{len(shared)} row(s) ({share:.1%}) have a {what} that is also in train: "
-                               "scores on them measure memory, not generalisation", split, shared))
+            out.append(
+                Finding(
+                    "warning",
+                    "overlap",
+                    f"{len(shared)} row(s) ({share:.1%}) have a {what} that is also in train: "
+                    "scores on them measure memory, not generalisation",
+                    split,
+                    shared,
+                )
+            )
     return out
 
 
-def label_sets(ctx: RunContext, data: Any, labels_of: Callable[[dict[str, Any]], Iterable[Hashable]],
-               known: Iterable[Hashable] | None = None, known_from: str = "train",
-               unknown_level: Level = "error", hint: str = "") -> list[Finding]:
+def label_sets(
+    ctx: RunContext,
+    data: Any,
+    labels_of: Callable[[dict[str, Any]], Iterable[Hashable]],
+    known: Iterable[Hashable] | None = None,
+    known_from: str = "train",
+    unknown_level: Level = "error",
+    hint: str = "",
+) -> list[Finding]:
     """Labels of validation/test that train (or ``known``) lacks (``unknown_level``), and labels
     of train that an evaluation split never has (info: never scored there)."""
     if "train" not in data and known is None:
@@ -150,19 +189,28 @@ def label_sets(ctx: RunContext, data: Any, labels_of: Callable[[dict[str, Any]],
         if unknown:
             names = ", ".join(repr(x) for x in sorted(unknown, key=str))
             rows = sorted({n for rs in unknown.values() for n in rs})
-            out.append(Finding(unknown_level, "unknown-labels",
-                               f"label(s) {names} do not occur in {known_from}{hint}", split, rows))
+            out.append(
+                Finding(
+                    unknown_level, "unknown-labels", f"label(s) {names} do not occur in {known_from}{hint}", split, rows
+                )
+            )
         if split != "train":
             missing = [x for x in reference if x not in present]
             if missing and len(ds):
-                out.append(Finding("info", "absent-labels",
-                                   f"{', '.join(repr(x) for x in sorted(missing, key=str))} never occur(s) here",
-                                   split))
+                out.append(
+                    Finding(
+                        "info",
+                        "absent-labels",
+                        f"{', '.join(repr(x) for x in sorted(missing, key=str))} never occur(s) here",
+                        split,
+                    )
+                )
     return out
 
 
-def balance(ctx: RunContext, data: Any, labels_of: Callable[[dict[str, Any]], Iterable[Hashable]],
-            what: str = "labels") -> list[Finding]:
+def balance(
+    ctx: RunContext, data: Any, labels_of: Callable[[dict[str, Any]], Iterable[Hashable]], what: str = "labels"
+) -> list[Finding]:
     """The label counts of each split (info), and a warning when train is badly imbalanced."""
     out = []
     for split, ds in data.items():
@@ -176,16 +224,29 @@ def balance(ctx: RunContext, data: Any, labels_of: Callable[[dict[str, Any]], It
             most, least = max(counts.values()), min(counts.values())
             if most / least >= BALANCE_WARN:
                 rare = [k for k, v in counts.items() if v == least]
-                out.append(Finding("warning", "imbalance",
-                                   f"the most frequent of the {what} is {most / least:.0f}× the rarest "
-                                   f"({', '.join(map(repr, rare))}: {least}); look at per-class scores, not "
-                                   "accuracy alone", split))
+                out.append(
+                    Finding(
+                        "warning",
+                        "imbalance",
+                        f"the most frequent of the {what} is {most / least:.0f}× the rarest "
+                        f"({', '.join(map(repr, rare))}: {least}); look at per-class scores, not "
+                        "accuracy alone",
+                        split,
+                    )
+                )
     return out
 
 
-def truncation(split: str, rows: list[int], examples: int, gold: int | None = None, gold_cut: int | None = None,
-               max_length: int = 0, consequence: str = "cut to model.max_length",
-               what: str = "example(s)") -> Finding:
+def truncation(
+    split: str,
+    rows: list[int],
+    examples: int,
+    gold: int | None = None,
+    gold_cut: int | None = None,
+    max_length: int = 0,
+    consequence: str = "cut to model.max_length",
+    what: str = "example(s)",
+) -> Finding:
     """How much ``model.max_length`` cuts in one split: the share of examples (and, where the task
     has several gold labels per example, of gold labels) beyond it.  A warning when gold labels
     are lost, or (without ``gold``) when more than ``TRUNCATION_WARN`` of the examples are cut."""

@@ -71,7 +71,7 @@ def read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
         if isinstance(obj, dict) and isinstance(obj.get("data"), list):
             obj = obj["data"]
         if not isinstance(obj, list) or not all(isinstance(o, dict) for o in obj):
-            raise DataError("expected a list of objects (or {\"data\": [...]})", path=str(path))
+            raise DataError('expected a list of objects (or {"data": [...]})', path=str(path))
         return obj
     raise DataError(f"unknown format {fmt!r}", path=str(path))
 
@@ -87,8 +87,9 @@ def _json(text: str, name: str, row: int | None = None, hint: str | None = None)
         raise DataError("JSON nested too deeply to read", path=name, row=row, hint=hint) from None
 
 
-def rows_to_dataset(rows: list[dict[str, Any]], path: str,
-                    on_malformed: Callable[[int, str], None] | None = None) -> Dataset:
+def rows_to_dataset(
+    rows: list[dict[str, Any]], path: str, on_malformed: Callable[[int, str], None] | None = None
+) -> Dataset:
     """The rows as a table.  A value of another kind than its column's (a list among strings) is a
     :class:`DataError` naming the row; with ``on_malformed`` the row is left out instead, passed to
     it as ``(row, reason)``, and the kept rows carry their numbers in :data:`ROW_COLUMN`."""
@@ -118,25 +119,29 @@ def rows_to_dataset(rows: list[dict[str, Any]], path: str,
         problem = _mixed_types(values)
         if problem is not None:
             row, message = problem
-            raise DataError(f"column {column!r}: {message}", path=path, row=row, hint=None if "NaN" in message else same)
+            raise DataError(
+                f"column {column!r}: {message}", path=path, row=row, hint=None if "NaN" in message else same
+            )
     for _ in range(_MAX_NESTED_SKIPS):
         try:
             return Dataset.from_dict(table)
         except Exception as exc:  # noqa: BLE001 - pyarrow type errors: kinds mixed inside nested values
             found = _first_unbuildable(table)
             if found is None:
-                raise DataError(f"cannot build a table: {first_line(exc)} (mixed value types in a column?)",
-                                path=path) from None
+                raise DataError(
+                    f"cannot build a table: {first_line(exc)} (mixed value types in a column?)", path=path
+                ) from None
             index, column, reason = found
             number = table[ROW_COLUMN][index] if ROW_COLUMN in table else index + 1
             message = f"column {column!r}: its value mixes kinds with the rows above ({reason})"
             if on_malformed is None:
-                raise DataError(message, path=path, row=number, hint=same.replace("(all", "(in nested values too: all")) \
-                    from None
+                raise DataError(
+                    message, path=path, row=number, hint=same.replace("(all", "(in nested values too: all")
+                ) from None
             on_malformed(number, message)
             if ROW_COLUMN not in table:
                 table[ROW_COLUMN] = list(range(1, len(rows) + 1))
-            table = {c: values[:index] + values[index + 1:] for c, values in table.items()}
+            table = {c: values[:index] + values[index + 1 :] for c, values in table.items()}
             if not table[ROW_COLUMN]:
                 raise DataError("no rows left: every row mixes kinds inside its values", path=path) from None
     raise DataError(f"more than {_MAX_NESTED_SKIPS} rows mix kinds inside their values: fix the file", path=path)
@@ -220,14 +225,17 @@ def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
             first = (i, kind)
         elif kind != first[1]:
             if isinstance(value, float) and not math.isfinite(value):
-                return i, (f"the value is {value!r} (NaN or infinite) where row {first[0]} has a {first[1]}; "
-                           "give a real value or remove the row")
+                return i, (
+                    f"the value is {value!r} (NaN or infinite) where row {first[0]} has a {first[1]}; "
+                    "give a real value or remove the row"
+                )
             return i, f"a {kind} ({json.dumps(value, ensure_ascii=False)[:40]}) where row {first[0]} has a {first[1]}"
     return None
 
 
-def load_file(path: str, declared_format: str = "auto",
-              on_malformed: Callable[[int, str], None] | None = None) -> Dataset:
+def load_file(
+    path: str, declared_format: str = "auto", on_malformed: Callable[[int, str], None] | None = None
+) -> Dataset:
     """One split from a csv/tsv, json, jsonl file or a ``save_to_disk`` folder (``declared_format``:
     ``data.format``, ``auto`` by the extension), values as the file spells them; errors name the
     file and row.  What default step 2 reads each split with, for a plugin's own step 2.
@@ -245,7 +253,8 @@ def load_file(path: str, declared_format: str = "auto",
         except Exception as exc:  # noqa: BLE001
             reason = "" if "is neither" in str(exc) else f" ({first_line(exc)})"  # datasets: no state.json
             raise DataError(
-                f"is a folder, and not one Dataset.save_to_disk wrote{reason}", path=str(p),
+                f"is a folder, and not one Dataset.save_to_disk wrote{reason}",
+                path=str(p),
                 hint="Point the recipe at a data file (.csv, .tsv, .json, .jsonl), or at a folder "
                 "Dataset.save_to_disk wrote.",
             ) from None

@@ -17,9 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["split_data", "stratified_indices"]
 
 
-def stratified_indices(
-    labels: list[Any] | None, n: int, ratios: dict[str, float], seed: int
-) -> dict[str, list[int]]:
+def stratified_indices(labels: list[Any] | None, n: int, ratios: dict[str, float], seed: int) -> dict[str, list[int]]:
     """Split ``range(n)`` into ``train`` and the named held-out parts.
 
     With ``labels``, each class is split on its own (so every part keeps the class mix; a class

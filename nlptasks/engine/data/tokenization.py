@@ -168,7 +168,9 @@ def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int, style
     return wrapped
 
 
-def _byte_level_bpe(texts: list[str], cfg: ScratchConfig, specials: list[str], norm: list[Any], prefix_space: bool) -> Any:
+def _byte_level_bpe(
+    texts: list[str], cfg: ScratchConfig, specials: list[str], norm: list[Any], prefix_space: bool
+) -> Any:
     """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` (no unknown token, ever)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -230,7 +232,5 @@ def check_tokenizer(tokenizer: Any, expected_size: int, sample: list[str]) -> fl
         unknown += sum(1 for i in ids if i == unk)
     rate = unknown / total if total else 0.0
     if rate > 0.2:
-        raise NlptasksError(
-            f"internal error: {rate:.0%} of the training tokens are [UNK] with the built vocabulary"
-        )
+        raise NlptasksError(f"internal error: {rate:.0%} of the training tokens are [UNK] with the built vocabulary")
     return rate

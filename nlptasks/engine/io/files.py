@@ -49,16 +49,23 @@ def _not_utf8(name: str, raw: bytes, offset: int, line: int, header_lines: int =
     byte = raw[offset] if offset < len(raw) else 0
     row = line - header_lines
     where = " in the header" if row < 1 else f" (line {line})" if header_lines else ""
-    return DataError(f"not UTF-8 text: byte 0x{byte:02x} (GBK or Latin-1, perhaps){where}", path=name,
-                     row=row if row >= 1 else None, hint=_HINT)
+    return DataError(
+        f"not UTF-8 text: byte 0x{byte:02x} (GBK or Latin-1, perhaps){where}",
+        path=name,
+        row=row if row >= 1 else None,
+        hint=_HINT,
+    )
 
 
 def _nul(name: str, line: int, header_lines: int = 0) -> DataError:
     row = line - header_lines
     where = " in the header" if row < 1 else f" (line {line})" if header_lines else ""
-    return DataError(f"a NUL byte{where}: not a text file (binary, or UTF-16 without a byte-order mark?)",
-                     path=name, row=row if row >= 1 else None,
-                     hint="Save the file as UTF-8 text (from UTF-16: iconv -f UTF-16LE -t UTF-8 in.csv > out.csv).")
+    return DataError(
+        f"a NUL byte{where}: not a text file (binary, or UTF-16 without a byte-order mark?)",
+        path=name,
+        row=row if row >= 1 else None,
+        hint="Save the file as UTF-8 text (from UTF-16: iconv -f UTF-16LE -t UTF-8 in.csv > out.csv).",
+    )
 
 
 def read_text(path: Path, header_lines: int = 0) -> str:
@@ -67,8 +74,11 @@ def read_text(path: Path, header_lines: int = 0) -> str:
     file's rows are counted without the header)."""
     raw = regular_file(path).read_bytes()
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise DataError("the file is UTF-16 (it starts with a UTF-16 byte-order mark); nlptasks reads UTF-8",
-                        path=str(path), hint=_HINT.replace("GBK", "UTF-16"))
+        raise DataError(
+            "the file is UTF-16 (it starts with a UTF-16 byte-order mark); nlptasks reads UTF-8",
+            path=str(path),
+            hint=_HINT.replace("GBK", "UTF-16"),
+        )
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:  # exc.start counts from the start of the file: the line is exact
@@ -94,8 +104,11 @@ def decoded_lines(stream: IO[Any] | Iterable[Any], name: str, header_lines: int 
     for number, line in enumerate(stream, start=1):
         if isinstance(line, bytes):
             if number == 1 and line.startswith((b"\xff\xfe", b"\xfe\xff")):
-                raise DataError("the input is UTF-16 (it starts with a UTF-16 byte-order mark); nlptasks reads UTF-8",
-                                path=name, hint=_HINT.replace("GBK", "UTF-16"))
+                raise DataError(
+                    "the input is UTF-16 (it starts with a UTF-16 byte-order mark); nlptasks reads UTF-8",
+                    path=name,
+                    hint=_HINT.replace("GBK", "UTF-16"),
+                )
             try:
                 line = line.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -145,7 +158,8 @@ def csv_dicts(lines: Iterable[str], name: str, delimiter: str = ",", suffix: str
                 raise DataError(
                     f"the header {header[0]!r} is a single column: the file looks {shown}-separated, but "
                     f"{suffix or 'these'} files are read {read_as}-separated",
-                    path=name, hint="Save it with commas as .csv, or with tabs as .tsv.",
+                    path=name,
+                    hint="Save it with commas as .csv, or with tabs as .tsv.",
                 )
     row = 0
     while True:
@@ -158,8 +172,9 @@ def csv_dicts(lines: Iterable[str], name: str, delimiter: str = ",", suffix: str
             raise DataError(
                 f"a quoted field is not closed properly ({exc}; the row starts on line {start} and the parser "
                 f"stopped on line {source.number})",
-                path=name, row=row + 1,
-                hint="Check the quotes of this row: a field that starts with \" must end with \" (write \"\" for a "
+                path=name,
+                row=row + 1,
+                hint='Check the quotes of this row: a field that starts with " must end with " (write "" for a '
                 "quote inside it).",
             ) from None
         if not values:
@@ -185,6 +200,7 @@ def _check_swallowed(values: list[str], header: list[str], name: str, row: int, 
             raise DataError(
                 f"a quoted field runs over {spanned} lines, {shaped} of which look like rows of their own "
                 f"({len(header)} fields): a quote opened in this row is closed only further down",
-                path=name, row=row,
-                hint="Close the quote in this row (or write \"\" for a quote inside a field).",
+                path=name,
+                row=row,
+                hint='Close the quote in this row (or write "" for a quote inside a field).',
             )

@@ -25,7 +25,15 @@ from typing import Any
 
 from nlptasks.engine.model.introspect import accepted_inputs
 
-__all__ = ["EXAMPLES_FILE", "LEGACY_FILE", "example_rows", "pad_batch", "probe_batch", "read_examples", "write_examples"]
+__all__ = [
+    "EXAMPLES_FILE",
+    "LEGACY_FILE",
+    "example_rows",
+    "pad_batch",
+    "probe_batch",
+    "read_examples",
+    "write_examples",
+]
 
 EXAMPLES_FILE = "examples.json"
 LEGACY_FILE = "peft_check.json"
@@ -49,9 +57,12 @@ def example_rows(data: Any, model: Any, label_fields: Any = (), rows: int = ROWS
     split = "validation" if "validation" in data and len(data["validation"]) else "train"
     ds = data[split]
     columns = set(ds.column_names)
-    takes = accepted_inputs(model) - set(label_fields) - {"labels", "return_dict", "output_attentions",
-                                                          "output_hidden_states", "kwargs", "args"}
-    suffixes = sorted({c[len("input_ids"):] for c in columns if c.startswith("input_ids")})
+    takes = (
+        accepted_inputs(model)
+        - set(label_fields)
+        - {"labels", "return_dict", "output_attentions", "output_hidden_states", "kwargs", "args"}
+    )
+    suffixes = sorted({c[len("input_ids") :] for c in columns if c.startswith("input_ids")})
     inputs = []
     for suffix in suffixes:
         names = [n for n in sorted(takes) if n + suffix in columns]
@@ -90,7 +101,7 @@ def write_examples(path: Path, data: Any, model: Any, label_fields: Any = ()) ->
 def read_examples(run_dir: Path, name: str | None = None) -> list[dict[str, Any]]:
     """The stored examples of a run folder (``examples.json``, else an older run's
     ``peft_check.json``; ``name`` another file of the folder); ``[]`` when it has none."""
-    for file in ([name] if name else [EXAMPLES_FILE, LEGACY_FILE]):
+    for file in [name] if name else [EXAMPLES_FILE, LEGACY_FILE]:
         path = Path(run_dir) / file
         if path.exists():
             try:

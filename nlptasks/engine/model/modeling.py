@@ -104,8 +104,10 @@ def _build_on_meta(ctx: RunContext, cls: Any, auto_class: str, **config: Any) ->
 
             try:
                 cfg = AutoConfig.from_pretrained(
-                    model_cfg.name_or_path, revision=model_cfg.revision,
-                    trust_remote_code=model_cfg.trust_remote_code, **config,
+                    model_cfg.name_or_path,
+                    revision=model_cfg.revision,
+                    trust_remote_code=model_cfg.trust_remote_code,
+                    **config,
                 )
                 model = cls.from_config(cfg, trust_remote_code=model_cfg.trust_remote_code)
             except Exception as exc:  # noqa: BLE001 - offline, typo, wrong architecture
@@ -160,7 +162,8 @@ def warn_remote_code(log: Any, name_or_path: str, trust: bool) -> None:
         what = f"the Python code of {name_or_path!r} (from the hub, at model.revision)"
     log.warning(
         "model.trust_remote_code = true: transformers will import and run %s; "
-        "only do this for a source you trust (pin model.revision for hub models)", what
+        "only do this for a source you trust (pin model.revision for hub models)",
+        what,
     )
 
 

@@ -99,8 +99,12 @@ def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
     hidden = getattr(model.config, "hidden_size", None)
     if cfg.method == "lora":
         return p.LoraConfig(
-            r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias=cfg.bias,
-            target_modules=cfg.target_modules, **common,
+            r=cfg.r,
+            lora_alpha=cfg.alpha,
+            lora_dropout=cfg.dropout,
+            bias=cfg.bias,
+            target_modules=cfg.target_modules,
+            **common,
         )
     if cfg.method == "ia3":
         target, feedforward = _ia3_modules(model, cfg.target_modules, cfg.feedforward_modules)
@@ -112,16 +116,21 @@ def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
         )
     if cfg.method == "p_tuning":
         return p.PromptEncoderConfig(
-            encoder_reparameterization_type=cfg.encoder_type, encoder_hidden_size=cfg.encoder_hidden_size or hidden,
-            encoder_num_layers=cfg.encoder_layers, encoder_dropout=cfg.encoder_dropout, **common,
+            encoder_reparameterization_type=cfg.encoder_type,
+            encoder_hidden_size=cfg.encoder_hidden_size or hidden,
+            encoder_num_layers=cfg.encoder_layers,
+            encoder_dropout=cfg.encoder_dropout,
+            **common,
         )
     if cfg.prompt_init_text:
         # peft reads the init text's token ids with AutoTokenizer from a folder: the run folder,
         # where the run's tokenizer is written now (and again at the end of the run).
         ctx.tokenizer.save_pretrained(str(ctx.output_dir))
         return p.PromptTuningConfig(
-            prompt_tuning_init=p.PromptTuningInit.TEXT, prompt_tuning_init_text=cfg.prompt_init_text,
-            tokenizer_name_or_path=str(ctx.output_dir), **common,
+            prompt_tuning_init=p.PromptTuningInit.TEXT,
+            prompt_tuning_init_text=cfg.prompt_init_text,
+            tokenizer_name_or_path=str(ctx.output_dir),
+            **common,
         )
     return p.PromptTuningConfig(prompt_tuning_init=p.PromptTuningInit.RANDOM, **common)
 
@@ -172,8 +181,13 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     if reason:
         raise RecipeError(
             "recipe",
-            [Problem("peft.method", f"'prefix' cannot train {type(model).__name__}: {reason}; "
-                     "use 'lora', 'ia3', 'p_tuning' or 'prompt' (--set peft.method=lora)")],
+            [
+                Problem(
+                    "peft.method",
+                    f"'prefix' cannot train {type(model).__name__}: {reason}; "
+                    "use 'lora', 'ia3', 'p_tuning' or 'prompt' (--set peft.method=lora)",
+                )
+            ],
         )
     out = ctx.output_dir
     base_dir = out / BASE_DIR
@@ -192,7 +206,12 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     else:
         if main:
             model.config.save_pretrained(str(base_dir))
-        base = {"kind": "pretrained", "name_or_path": model_cfg.name_or_path, "revision": model_cfg.revision, "config": BASE_DIR}
+        base = {
+            "kind": "pretrained",
+            "name_or_path": model_cfg.name_or_path,
+            "revision": model_cfg.revision,
+            "config": BASE_DIR,
+        }
         if model_cfg.allow_pickle:
             base["allow_pickle"] = True  # inference may load the base's pickle weights too
     base["dtype"] = model_cfg.dtype
@@ -205,8 +224,17 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     if missing:
         sample = ", ".join(n for n in names if n.count(".") <= 1 and n)[:200]
         short = {n.rsplit(".", 1)[-1] for n in names if n}
-        raise RecipeError("recipe", [Problem("peft.modules_to_save", f"{m!r} names no module of {type(model).__name__}"
-                                             f"{did_you_mean(m, short)} (its modules: {sample}, ...)") for m in missing])
+        raise RecipeError(
+            "recipe",
+            [
+                Problem(
+                    "peft.modules_to_save",
+                    f"{m!r} names no module of {type(model).__name__}"
+                    f"{did_you_mean(m, short)} (its modules: {sample}, ...)",
+                )
+                for m in missing
+            ],
+        )
     config = peft_config(ctx, model, task_type)
     try:
         with quiet_peft():
@@ -222,11 +250,15 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
         ) from None
     from nlptasks.engine.model.examples import example_rows, probe_batch
 
-    restored = pass_every_input(model, probe_batch(example_rows(data, model, ctx.task.label_fields_for(ctx.options),
-                                                                rows=1)["inputs"]))
+    restored = pass_every_input(
+        model, probe_batch(example_rows(data, model, ctx.task.label_fields_for(ctx.options), rows=1)["inputs"])
+    )
     if restored:
-        ctx.log.info("peft's %s drops the model's %s: every input goes to the adapted model instead",
-                     type(model).__name__, ", ".join(restored))
+        ctx.log.info(
+            "peft's %s drops the model's %s: every input goes to the adapted model instead",
+            type(model).__name__,
+            ", ".join(restored),
+        )
     trainable, total = model.get_nb_trainable_parameters()
     ctx.log.info("peft %s (%s): %s", cfg.method, task_type, parameter_line(trainable, total))
     ctx.manifest["peft"] = {
@@ -305,8 +337,11 @@ def pass_every_input(model: Any, probe: dict[str, Any] | None = None) -> list[st
             wrapped, plain = model(**probe), base(**probe)
             if _same_outputs(wrapped, plain):
                 return []
-            dropped = [k for k in probe if k != "input_ids" and
-                       _same_outputs(wrapped, base(**{n: v for n, v in probe.items() if n != k}))]
+            dropped = [
+                k
+                for k in probe
+                if k != "input_ids" and _same_outputs(wrapped, base(**{n: v for n, v in probe.items() if n != k}))
+            ]
             special = set(getattr(model, "special_peft_forward_args", ()))
 
             def forward(*args: Any, **kwargs: Any) -> Any:
@@ -314,8 +349,16 @@ def pass_every_input(model: Any, probe: dict[str, Any] | None = None) -> list[st
 
             model.forward = forward
             if not _same_outputs(model(**probe), plain):
-                raise RecipeError("recipe", [Problem("peft.method", f"peft's {type(model).__name__} does not pass "
-                                                     "the model its inputs, and nlptasks could not route them")])
+                raise RecipeError(
+                    "recipe",
+                    [
+                        Problem(
+                            "peft.method",
+                            f"peft's {type(model).__name__} does not pass "
+                            "the model its inputs, and nlptasks could not route them",
+                        )
+                    ],
+                )
     finally:
         model.train(was_training)
     return dropped or ["inputs"]

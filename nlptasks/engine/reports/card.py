@@ -62,8 +62,10 @@ def tokenizer_settings(tokenizer: Any) -> dict[str, Any] | None:
     """What inference must match: class, vocabulary size, padding/truncation sides, special tokens."""
     if tokenizer is None:
         return None
-    specials = {name: getattr(tokenizer, name, None) for name in
-                ("pad_token", "unk_token", "cls_token", "sep_token", "bos_token", "eos_token", "mask_token")}
+    specials = {
+        name: getattr(tokenizer, name, None)
+        for name in ("pad_token", "unk_token", "cls_token", "sep_token", "bos_token", "eos_token", "mask_token")
+    }
     return {
         "class": type(tokenizer).__name__,
         "vocab_size": len(tokenizer),
@@ -82,8 +84,11 @@ def markdown_metrics(metrics: dict[str, Any]) -> str:
     splits = [s for s in ("validation", "test") if isinstance(metrics.get(s), dict)]
     keys: list[str] = []
     for s in splits:
-        keys += [k for k, v in metrics[s].items() if "/" not in k and k not in RATE_KEYS and k not in keys
-                 and isinstance(v, (int, float))]
+        keys += [
+            k
+            for k, v in metrics[s].items()
+            if "/" not in k and k not in RATE_KEYS and k not in keys and isinstance(v, (int, float))
+        ]
     if not splits or not keys:
         return "_No evaluation split: only the training loss is known._"
     lines = ["| metric | " + " | ".join(splits) + " |", "|---|" + "---:|" * len(splits)]
@@ -104,8 +109,14 @@ def num(value: Any) -> str:
 
 
 def model_card(
-    run_dir: Path, manifest: dict[str, Any], metrics: dict[str, Any], recipe_text: str, description: str | None,
-    sections: list[str], curves: bool, usage: Usage | None = None,
+    run_dir: Path,
+    manifest: dict[str, Any],
+    metrics: dict[str, Any],
+    recipe_text: str,
+    description: str | None,
+    sections: list[str],
+    curves: bool,
+    usage: Usage | None = None,
 ) -> str:
     """The Markdown of ``README.md`` for a run (see the module docstring); ``usage`` is the task's
     word on how to call the run and what its labels row says (default: one text, the labels)."""
@@ -123,16 +134,30 @@ def model_card(
         ("task", f"`{task}` (plugin `{manifest.get('plugin')}` {plugin.get('version') or ''})".rstrip()),
         ("base model", f"`{manifest.get('base_model')}`"),
         ("model class", f"`{manifest.get('model_class', '?')}`"),
-        ("training", "adapter: " + f"{peft['method']} ({peft['trainable_parameters']:,} of "
-                     f"{peft['total_parameters']:,} parameters trained)" if peft else "all weights"),
-        ("labels", usage.labels if usage.labels is not None
-         else ", ".join(f"`{x}`" for x in manifest["labels"]) if manifest.get("labels") else "-"),
+        (
+            "training",
+            "adapter: " + f"{peft['method']} ({peft['trainable_parameters']:,} of "
+            f"{peft['total_parameters']:,} parameters trained)"
+            if peft
+            else "all weights",
+        ),
+        (
+            "labels",
+            usage.labels
+            if usage.labels is not None
+            else ", ".join(f"`{x}`" for x in manifest["labels"])
+            if manifest.get("labels")
+            else "-",
+        ),
         ("max length", f"{manifest.get('max_length')} tokens"),
         ("precision", manifest.get("precision", "-")),
-        ("wall time", f"{metrics.get('seconds', 0):.0f} s"
-                      + (f"; training {train['samples_per_second']:.1f} samples/s" if "samples_per_second" in train else "")
-                      + (f", {train['tokens_per_second']:.0f} tokens/s" if "tokens_per_second" in train else "")
-                      + (f", MFU {train['mfu']:.1%} (estimate)" if "mfu" in train else "")),
+        (
+            "wall time",
+            f"{metrics.get('seconds', 0):.0f} s"
+            + (f"; training {train['samples_per_second']:.1f} samples/s" if "samples_per_second" in train else "")
+            + (f", {train['tokens_per_second']:.0f} tokens/s" if "tokens_per_second" in train else "")
+            + (f", MFU {train['mfu']:.1%} (estimate)" if "mfu" in train else ""),
+        ),
         ("peak memory", f"{resources['peak_rss_mb']:.0f} MiB RSS" if "peak_rss_mb" in resources else "-"),
         ("created", manifest.get("created", "-")),
         ("recipe sha256", f"`{manifest.get('recipe_sha256', '-')}`"),
@@ -148,15 +173,25 @@ def model_card(
             dropped = sum((metrics.get("dropped") or {}).get(split, {}).values())
             rows = f"{data['rows'][split]:,}" + (f" ({dropped} dropped)" if dropped else "")
             examples = (data.get("examples") or {}).get(split)
-            lines.append(f"| {split} | `{(data.get('sources') or {}).get(split, '-')}` | {rows} | "
-                         f"{'-' if examples is None else format(examples, ',')} |")
+            lines.append(
+                f"| {split} | `{(data.get('sources') or {}).get(split, '-')}` | {rows} | "
+                f"{'-' if examples is None else format(examples, ',')} |"
+            )
     lines += ["", "## Metrics", "", markdown_metrics(metrics), ""]
     if curves:
         lines += ["## Training curves", "", f"![training curves]({CURVES})", ""]
     for section in sections:
         lines += [section.rstrip(), ""]
-    lines += ["## Recipe", "", "The resolved recipe (every default filled in), also in `recipe.toml`:", "",
-              "```toml", recipe_text.rstrip(), "```", ""]
+    lines += [
+        "## Recipe",
+        "",
+        "The resolved recipe (every default filled in), also in `recipe.toml`:",
+        "",
+        "```toml",
+        recipe_text.rstrip(),
+        "```",
+        "",
+    ]
     lines += how_to_load(manifest, str(run_dir), usage)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -184,33 +219,56 @@ def _loading(manifest: dict[str, Any], usage: Usage) -> list[str]:
     example = json.dumps(list(usage.example), ensure_ascii=False)
     per_input = "one dict per input" if len(usage.example) == 1 else f"{len(usage.example)} strings make one input"
     lines = [
-        "## How to load it", "",
-        "With nlptasks (the same predictions as `nlptasks infer --model RUN_DIR`):", "",
-        "```python", "import nlptasks", "", 'predict = nlptasks.load("RUN_DIR")  # this folder',
-        f"print(predict({example}))  # {per_input}", "```", "",
-        "```bash", infer_command("RUN_DIR", usage), "nlptasks infer --model RUN_DIR --file inputs.jsonl --output out.jsonl",
-        "```", "",
+        "## How to load it",
+        "",
+        "With nlptasks (the same predictions as `nlptasks infer --model RUN_DIR`):",
+        "",
+        "```python",
+        "import nlptasks",
+        "",
+        'predict = nlptasks.load("RUN_DIR")  # this folder',
+        f"print(predict({example}))  # {per_input}",
+        "```",
+        "",
+        "```bash",
+        infer_command("RUN_DIR", usage),
+        "nlptasks infer --model RUN_DIR --file inputs.jsonl --output out.jsonl",
+        "```",
+        "",
     ]
     peft = manifest.get("peft")
     if not peft:
         lines += [
-            "With plain transformers (no nlptasks needed):", "",
-            "```python", f"from transformers import AutoTokenizer, {cls}", "",
+            "With plain transformers (no nlptasks needed):",
+            "",
+            "```python",
+            f"from transformers import AutoTokenizer, {cls}",
+            "",
             'tokenizer = AutoTokenizer.from_pretrained("RUN_DIR")',
-            f'model = {cls}.from_pretrained("RUN_DIR").eval()', "```",
+            f'model = {cls}.from_pretrained("RUN_DIR").eval()',
+            "```",
         ]
         return lines
     base = peft.get("base", {})
     if base.get("kind") == "scratch":
         load_base = [f'base = {cls}.from_pretrained("RUN_DIR/{base.get("path", "base")}")']
     else:
-        load_base = [f'config = AutoConfig.from_pretrained("RUN_DIR/{base.get("config", "base")}")  # the head settings',
-                     f'base = {cls}.from_pretrained("{base.get("name_or_path")}", config=config)']
+        load_base = [
+            f'config = AutoConfig.from_pretrained("RUN_DIR/{base.get("config", "base")}")  # the head settings',
+            f'base = {cls}.from_pretrained("{base.get("name_or_path")}", config=config)',
+        ]
     lines += [
-        "With plain transformers and peft (the adapter on its frozen base):", "",
-        "```python", "from peft import PeftModel", f"from transformers import AutoConfig, AutoTokenizer, {cls}", "",
-        'tokenizer = AutoTokenizer.from_pretrained("RUN_DIR")', *load_base,
-        'model = PeftModel.from_pretrained(base, "RUN_DIR").eval()', "```", "",
+        "With plain transformers and peft (the adapter on its frozen base):",
+        "",
+        "```python",
+        "from peft import PeftModel",
+        f"from transformers import AutoConfig, AutoTokenizer, {cls}",
+        "",
+        'tokenizer = AutoTokenizer.from_pretrained("RUN_DIR")',
+        *load_base,
+        'model = PeftModel.from_pretrained(base, "RUN_DIR").eval()',
+        "```",
+        "",
         "A LoRA or IA3 adapter merges into a full model with `nlptasks export RUN_DIR --merge OUT`.",
     ]
     return lines

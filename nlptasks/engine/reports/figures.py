@@ -22,8 +22,11 @@ def write_curves(history: list[dict[str, Any]], path: Path, metric: str) -> bool
     history = history[:end]  # what was logged during training, not the evaluations after it
     train = [(h["step"], h["loss"]) for h in history if "loss" in h and "step" in h]
     evals = [(h["step"], h["eval_loss"]) for h in history if "eval_loss" in h and "step" in h]
-    scores = [(h["step"], h[f"eval_{metric}"]) for h in history
-              if isinstance(h.get(f"eval_{metric}"), (int, float)) and "step" in h and metric != "loss"]
+    scores = [
+        (h["step"], h[f"eval_{metric}"])
+        for h in history
+        if isinstance(h.get(f"eval_{metric}"), (int, float)) and "step" in h and metric != "loss"
+    ]
     if not (train or evals or scores):
         return False
     try:
@@ -92,8 +95,15 @@ def write_confusion_matrix(
     limit = matrix.max() / 2 if matrix.size else 0
     for i in range(n):
         for j in range(n):
-            ax.text(j, i, str(matrix[i, j]), ha="center", va="center",
-                    color="white" if matrix[i, j] > limit else "black", fontsize=9)
+            ax.text(
+                j,
+                i,
+                str(matrix[i, j]),
+                ha="center",
+                va="center",
+                color="white" if matrix[i, j] > limit else "black",
+                fontsize=9,
+            )
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -114,20 +124,33 @@ def classification_sections(ctx: Any, trainer: Any, data: Any, metrics: dict[str
         sections.append(f"## Per class ({split})\n\n" + per_class_table(per_class))
     output = getattr(ctx, "evaluations", {}).get(split)  # the split's last evaluation, when step 6 kept it
     if output is None or len(output.label_ids) != len(data[split]):
-        compute_metrics, trainer.compute_metrics = trainer.compute_metrics, None  # predictions only: the metrics are known
+        compute_metrics, trainer.compute_metrics = (
+            trainer.compute_metrics,
+            None,
+        )  # predictions only: the metrics are known
         try:
             output = trainer.predict(data[split], metric_key_prefix=split)
         finally:
             trainer.compute_metrics = compute_metrics
     logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     name = "confusion_matrix.png"
-    names = write_confusion_matrix(ctx.labels, output.label_ids, logits.argmax(-1), ctx.output_dir / name,
-                                   f"{ctx.task.name}: {split} ({len(data[split])} rows)")
+    names = write_confusion_matrix(
+        ctx.labels,
+        output.label_ids,
+        logits.argmax(-1),
+        ctx.output_dir / name,
+        f"{ctx.task.name}: {split} ({len(data[split])} rows)",
+    )
     if names is not None:
-        key = "" if names == ctx.labels else " Classes: " + ", ".join(
-            f"{n} = `{label}`" for n, label in zip(names, ctx.labels, strict=True)) + "."
-        sections.append(f"## Confusion matrix ({split})\n\nRows: true class; columns: predicted.{key}\n\n"
-                        f"![confusion matrix]({name})")
+        key = (
+            ""
+            if names == ctx.labels
+            else " Classes: " + ", ".join(f"{n} = `{label}`" for n, label in zip(names, ctx.labels, strict=True)) + "."
+        )
+        sections.append(
+            f"## Confusion matrix ({split})\n\nRows: true class; columns: predicted.{key}\n\n"
+            f"![confusion matrix]({name})"
+        )
     return sections
 
 

@@ -39,7 +39,7 @@ def token_pieces(tokenizer: Any, ids: list[int]) -> list[str]:
         if text.endswith("\ufffd"):
             pieces.append("")
             continue
-        pieces.append(text[len(previous):] if text.startswith(previous) else tokenizer.decode([ids[i]]))
+        pieces.append(text[len(previous) :] if text.startswith(previous) else tokenizer.decode([ids[i]]))
         previous = text
     return pieces
 
@@ -86,12 +86,19 @@ def _class_name(ctx: RunContext, value: Any) -> Any:
     labels = ctx.labels
     if isinstance(value, int) and not isinstance(value, bool) and labels and 0 <= value < len(labels):
         return labels[value]
-    if isinstance(value, list) and labels and len(value) == len(labels) and all(isinstance(v, (int, float)) for v in value):
+    if (
+        isinstance(value, list)
+        and labels
+        and len(value) == len(labels)
+        and all(isinstance(v, (int, float)) for v in value)
+    ):
         return [name for name, v in zip(labels, value, strict=True) if v >= 0.5]  # a multi-hot vector
     return value
 
 
-def _marks(ids: list[int], labels: dict[str, Any], columns: dict[str, str], ctx: RunContext) -> tuple[list[bool], list[str]]:
+def _marks(
+    ids: list[int], labels: dict[str, Any], columns: dict[str, str], ctx: RunContext
+) -> tuple[list[bool], list[str]]:
     """Per token of one sequence: whether it is in the loss, and what the loss column shows.
     ``labels``: each label column's value for this sequence."""
     in_loss, shown = [False] * len(ids), [""] * len(ids)
@@ -114,8 +121,15 @@ def _marks(ids: list[int], labels: dict[str, Any], columns: dict[str, str], ctx:
     return in_loss, shown
 
 
-def _table(out: Callable[[str], None], tokenizer: Any, ids: list[int], in_loss: list[bool], shown: list[str],
-           marked_loss: bool, indent: str = "  ") -> None:
+def _table(
+    out: Callable[[str], None],
+    tokenizer: Any,
+    ids: list[int],
+    in_loss: list[bool],
+    shown: list[str],
+    marked_loss: bool,
+    indent: str = "  ",
+) -> None:
     pieces = token_pieces(tokenizer, ids) if tokenizer is not None else [str(i) for i in ids]
     marked, inside = [], False
     for piece, flag in zip(pieces, in_loss, strict=True):
@@ -175,8 +189,15 @@ def show(ctx: RunContext, data: Any, split: str, rows: int, out: Callable[[str],
     for index in range(min(rows, len(ds))):
         example = ds[index]
         parts = list(sequences(example["input_ids"]))
-        marks = [_marks(ids, {c: _at(example[c], path) if columns[c] == "token" else example[c] for c in per_token},
-                        per_token, ctx) for path, ids in parts]
+        marks = [
+            _marks(
+                ids,
+                {c: _at(example[c], path) if columns[c] == "token" else example[c] for c in per_token},
+                per_token,
+                ctx,
+            )
+            for path, ids in parts
+        ]
         total = sum(len(ids) for _, ids in parts)
         head = f"\nexample {index + 1} (row {numbers[index]}): {total} tokens"
         if len(parts) > 1:
@@ -210,18 +231,27 @@ def loss_problems(ctx: RunContext, data: Any) -> dict[str, dict[str, list[int]]]
             continue
         columns = label_columns(ctx, ds, split)
         numbers = ds[ROW_COLUMN] if ROW_COLUMN in ds.column_names else list(range(1, len(ds) + 1))
-        lengths = ([max(len(s) for _, s in sequences(ids)) for ids in ds["input_ids"]]
-                   if "input_ids" in ds.column_names else None)
+        lengths = (
+            [max(len(s) for _, s in sequences(ids)) for ids in ds["input_ids"]]
+            if "input_ids" in ds.column_names
+            else None
+        )
         found: dict[str, list[int]] = {}
         for column, kind in columns.items():
             if kind in ("token", "target"):
-                bad = [n for n, labels in zip(numbers, ds[column], strict=True)
-                       if all(v == -100 for v in flat_values(labels))]
+                bad = [
+                    n
+                    for n, labels in zip(numbers, ds[column], strict=True)
+                    if all(v == -100 for v in flat_values(labels))
+                ]
                 if bad:
                     found[f"no token in the loss ({column})"] = bad
             elif kind == "position" and lengths is not None:
-                bad = [n for n, pos, length in zip(numbers, ds[column], lengths, strict=True)
-                       if not isinstance(pos, int) or not 0 <= pos < length]
+                bad = [
+                    n
+                    for n, pos, length in zip(numbers, ds[column], lengths, strict=True)
+                    if not isinstance(pos, int) or not 0 <= pos < length
+                ]
                 if bad:
                     found[f"{column} outside the example's tokens"] = bad
         if found:

@@ -17,8 +17,17 @@ from typing import Any, TypeVar
 
 from nlptasks.errors import NlptasksError
 
-__all__ = ["LAUNCH_OPTIONS", "backend", "barrier", "is_main", "launcher_args", "on_main", "rank", "torchrun_command",
-           "world_size"]
+__all__ = [
+    "LAUNCH_OPTIONS",
+    "backend",
+    "barrier",
+    "is_main",
+    "launcher_args",
+    "on_main",
+    "rank",
+    "torchrun_command",
+    "world_size",
+]
 
 T = TypeVar("T")
 
@@ -89,8 +98,9 @@ LAUNCH_OPTIONS = ("--nproc", "--nnodes", "--node-rank", "--rdzv-endpoint", "--rd
 """``nlptasks run`` options that choose the launch; the launched command runs without them."""
 
 
-def launcher_args(nproc: int, nnodes: int = 1, endpoint: str | None = None, node_rank: int | None = None,
-                  rdzv_id: str = "nlptasks") -> list[str]:
+def launcher_args(
+    nproc: int, nnodes: int = 1, endpoint: str | None = None, node_rank: int | None = None, rdzv_id: str = "nlptasks"
+) -> list[str]:
     """torchrun's options for ``nproc`` processes on each of ``nnodes`` machines.
 
     One machine: ``--standalone``.  Several: every machine runs the same command with the same
@@ -108,7 +118,7 @@ def launcher_args(nproc: int, nnodes: int = 1, endpoint: str | None = None, node
         raise NlptasksError(
             f"--nnodes {nnodes}: give --rdzv-endpoint HOST:PORT, an address every machine reaches",
             hint="On each machine: nlptasks run RECIPE --nproc N --nnodes M --rdzv-endpoint HOST:29400 "
-                 "(docs/optimize.md#several-machines)",
+            "(docs/optimize.md#several-machines)",
         )
     host, _, port = endpoint.rpartition(":")
     if not host or not port.isdigit():
@@ -118,8 +128,13 @@ def launcher_args(nproc: int, nnodes: int = 1, endpoint: str | None = None, node
         return [*common, "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}", f"--rdzv_id={rdzv_id}"]
     if not 0 <= node_rank < nnodes:
         raise NlptasksError(f"--node-rank {node_rank}: give 0 to {nnodes - 1} (one per machine)")
-    return [*common, "--rdzv_backend=static", f"--node_rank={node_rank}", f"--master_addr={host}",
-            f"--master_port={port}"]
+    return [
+        *common,
+        "--rdzv_backend=static",
+        f"--node_rank={node_rank}",
+        f"--master_addr={host}",
+        f"--master_port={port}",
+    ]
 
 
 def torchrun_command(nproc: int, argv: Sequence[str], launcher: Sequence[str] | None = None) -> list[str]:

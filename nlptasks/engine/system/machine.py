@@ -46,12 +46,18 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
     dtype = recipe.model.dtype
     if dtype != "fp32" and not cuda:
         problems.append(
-            Problem("model.dtype", f"{dtype!r} (half precision) needs a CUDA GPU; this machine has none (use \"fp32\")")
+            Problem("model.dtype", f'{dtype!r} (half precision) needs a CUDA GPU; this machine has none (use "fp32")')
         )
     opt = recipe.optimize
     if opt.optimizer == "adamw_8bit" and not (cuda and bitsandbytes):
-        need = [w for w, ok in (("a CUDA GPU (this machine has none)", cuda), (
-            "the bitsandbytes package (not installed: pip install bitsandbytes)", bitsandbytes)) if not ok]
+        need = [
+            w
+            for w, ok in (
+                ("a CUDA GPU (this machine has none)", cuda),
+                ("the bitsandbytes package (not installed: pip install bitsandbytes)", bitsandbytes),
+            )
+            if not ok
+        ]
         problems.append(
             Problem(
                 "optimize.optimizer",
@@ -87,12 +93,15 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
                 Problem(
                     "peft.quantization",
                     f"{peft.quantization!r} loads the base with bitsandbytes, which needs {' and '.join(need)}; "
-                    "use \"none\" on this machine",
+                    'use "none" on this machine',
                 )
             )
         if recipe.model.name_or_path is None:
             problems.append(
-                Problem("peft.quantization", "quantizes a pretrained base (model.name_or_path), not a model built from scratch")
+                Problem(
+                    "peft.quantization",
+                    "quantizes a pretrained base (model.name_or_path), not a model built from scratch",
+                )
             )
     return problems
 
@@ -116,7 +125,9 @@ def check_machine(recipe: Recipe, source: str = "recipe") -> None:
             problems,
             hint="Half precision, 4/8-bit loading, 8-bit optimizers and tf32 run on a CUDA GPU only (docs/peft.md, "
             "docs/optimize.md); on this machine: "
-            + " ".join(dict.fromkeys(f"--set {p.where}={_CPU_VALUES[p.where]}" for p in problems if p.where in _CPU_VALUES)),
+            + " ".join(
+                dict.fromkeys(f"--set {p.where}={_CPU_VALUES[p.where]}" for p in problems if p.where in _CPU_VALUES)
+            ),
         )
 
 
@@ -143,4 +154,3 @@ def from_pretrained_kwargs(recipe: Recipe) -> dict[str, Any]:
             kwargs["quantization_config"] = BitsAndBytesConfig(load_in_8bit=True)
         kwargs["device_map"] = {"": torch.cuda.current_device()}
     return kwargs
-

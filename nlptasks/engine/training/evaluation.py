@@ -126,15 +126,25 @@ def name_splits(trainer: Any, ctx: RunContext, data: Any) -> None:
             ctx.evaluating = before
             set_random_state(state)
 
-    def evaluate(eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval", **kwargs: Any) -> Any:
+    def evaluate(
+        eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval", **kwargs: Any
+    ) -> Any:
         split = split_of(eval_dataset, data, metric_key_prefix)
-        return scoring(split, lambda: original_evaluate(eval_dataset=eval_dataset, ignore_keys=ignore_keys,
-                                                        metric_key_prefix=metric_key_prefix, **kwargs))
+        return scoring(
+            split,
+            lambda: original_evaluate(
+                eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **kwargs
+            ),
+        )
 
     def predict(test_dataset: Any, ignore_keys: Any = None, metric_key_prefix: str = "test", **kwargs: Any) -> Any:
         split = split_of(test_dataset, data, metric_key_prefix, default="test")
-        return scoring(split, lambda: original_predict(test_dataset, ignore_keys=ignore_keys,
-                                                       metric_key_prefix=metric_key_prefix, **kwargs))
+        return scoring(
+            split,
+            lambda: original_predict(
+                test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **kwargs
+            ),
+        )
 
     trainer.evaluate = evaluate
     trainer.predict = predict
@@ -162,7 +172,11 @@ def classification_errors(
     for i in np.flatnonzero(predicted != gold):
         item: dict[str, Any] = {"row": int(rows[i])}
         item.update({name: values[i] for name, values in (fields or {}).items()})
-        item.update(gold=labels[int(gold[i])], predicted=labels[int(predicted[i])],
-                    score=round(float(probs[i, predicted[i]]), 6), gold_score=round(float(probs[i, gold[i]]), 6))
+        item.update(
+            gold=labels[int(gold[i])],
+            predicted=labels[int(predicted[i])],
+            score=round(float(probs[i, predicted[i]]), 6),
+            gold_score=round(float(probs[i, gold[i]]), 6),
+        )
         out.append(item)
     return out

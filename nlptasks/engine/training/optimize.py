@@ -39,6 +39,7 @@ __all__ = [
     "transformer_layers",
 ]
 
+
 def resolve_optimizer(name: str, device: str | None = None) -> str:
     """``optimize.optimizer`` as TrainingArguments takes it: ``auto`` is ``adamw_torch_fused`` where
     torch runs its fused AdamW on ``device`` (``cuda``, or ``cpu`` since torch 2.4; default: this
@@ -87,7 +88,10 @@ def prepare_model(ctx: RunContext, model: Any, training: bool = True) -> Any:
             )
         ctx.log.info(
             "freezing: %s frozen, %s trainable of %s parameters (%s)",
-            f"{total - trainable:,}", f"{trainable:,}", f"{total:,}", "; ".join(frozen),
+            f"{total - trainable:,}",
+            f"{trainable:,}",
+            f"{total:,}",
+            "; ".join(frozen),
         )
         ctx.manifest["freezing"] = {
             "frozen_parameters": total - trainable,
@@ -303,7 +307,12 @@ def train_with_oom_fallback(
         ctx.log.warning(
             "out of memory at step %d: train.batch_size %d → %d, gradient_accumulation_steps %d → %d "
             "(same effective batch %d); training starts again",
-            step, batch, batch // 2, accumulation, accumulation * 2, batch * accumulation,
+            step,
+            batch,
+            batch // 2,
+            accumulation,
+            accumulation * 2,
+            batch * accumulation,
         )
         model.zero_grad(set_to_none=True)
         trainer.optimizer = trainer.lr_scheduler = None

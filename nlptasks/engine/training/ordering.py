@@ -81,7 +81,8 @@ def order_training(trainer: Any, ctx: RunContext) -> None:
             own = trainer.args.length_column_name in (getattr(dataset, "column_names", None) or ())
             lengths = None if own else example_lengths(dataset)
             return EpochSeededLengthGroupedSampler(
-                found.batch_size, lengths=[int(n) for n in lengths] if lengths is not None else found.lengths)
+                found.batch_size, lengths=[int(n) for n in lengths] if lengths is not None else found.lengths
+            )
         return found
 
     trainer._get_train_sampler = sampler
@@ -212,7 +213,8 @@ def order_evaluation(trainer: Any, ctx: RunContext) -> None:
         order = current["order"]
         if order is None:
             return output
-        return output._replace(predictions=restore(output.predictions, order),
-                               label_ids=restore(output.label_ids, order))
+        return output._replace(
+            predictions=restore(output.predictions, order), label_ids=restore(output.label_ids, order)
+        )
 
     trainer.evaluation_loop = evaluation_loop

@@ -71,9 +71,13 @@ def _architecture_problems(recipe: Recipe) -> list[Problem]:
 
     if arch in CONFIG_MAPPING:
         return []
-    return [Problem("model.scratch.architecture",
-                    f"unknown model type {arch!r}{did_you_mean(arch, CONFIG_MAPPING.keys())} (transformers' "
-                    "config 'model_type' names, e.g. 'bert', 'roberta', 'qwen2')")]
+    return [
+        Problem(
+            "model.scratch.architecture",
+            f"unknown model type {arch!r}{did_you_mean(arch, CONFIG_MAPPING.keys())} (transformers' "
+            "config 'model_type' names, e.g. 'bert', 'roberta', 'qwen2')",
+        )
+    ]
 
 
 def _alias_problems(recipe: Recipe) -> list[Problem]:
@@ -84,9 +88,15 @@ def _alias_problems(recipe: Recipe) -> list[Problem]:
 
     s = recipe.model.scratch
     assert s is not None
-    return [Problem(f"model.scratch.extra.{name}", f"is set by model.scratch.{key} ({s.architecture!r} calls that "
-                    f"size {name!r}): set it there (model.scratch.extra is for the config values the recipe has no key for)")
-            for name in s.extra if (key := size_key(s.architecture, name))]
+    return [
+        Problem(
+            f"model.scratch.extra.{name}",
+            f"is set by model.scratch.{key} ({s.architecture!r} calls that "
+            f"size {name!r}): set it there (model.scratch.extra is for the config values the recipe has no key for)",
+        )
+        for name in s.extra
+        if (key := size_key(s.architecture, name))
+    ]
 
 
 def _unmapped_problems(recipe: Recipe) -> list[Problem]:
@@ -98,18 +108,25 @@ def _unmapped_problems(recipe: Recipe) -> list[Problem]:
     s = recipe.model.scratch
     assert s is not None
     left = {k: v for k, v in unmapped_size_fields(s.architecture).items() if k not in s.extra}
-    return [Problem(f"model.scratch.extra.{name}",
-                    f"{s.architecture!r} has a size field {name!r} (default {default!r}) that [model.scratch] does "
-                    f"not set; set it here (--set model.scratch.extra.{name}=...) so that the model is the size you ask")
-            for name, default in left.items()]
+    return [
+        Problem(
+            f"model.scratch.extra.{name}",
+            f"{s.architecture!r} has a size field {name!r} (default {default!r}) that [model.scratch] does "
+            f"not set; set it here (--set model.scratch.extra.{name}=...) so that the model is the size you ask",
+        )
+        for name, default in left.items()
+    ]
 
 
 # The auto class of the model a task's step 5 builds, by the peft task type the task declares
 # (the head's own values, e.g. ``classifier_dropout``, are read only by the head's code).
 _HEAD_CLASSES = {
-    "SEQ_CLS": "AutoModelForSequenceClassification", "TOKEN_CLS": "AutoModelForTokenClassification",
-    "QUESTION_ANS": "AutoModelForQuestionAnswering", "CAUSAL_LM": "AutoModelForCausalLM",
-    "FEATURE_EXTRACTION": "AutoModel", "SEQ_2_SEQ_LM": "AutoModelForSeq2SeqLM",
+    "SEQ_CLS": "AutoModelForSequenceClassification",
+    "TOKEN_CLS": "AutoModelForTokenClassification",
+    "QUESTION_ANS": "AutoModelForQuestionAnswering",
+    "CAUSAL_LM": "AutoModelForCausalLM",
+    "FEATURE_EXTRACTION": "AutoModel",
+    "SEQ_2_SEQ_LM": "AutoModelForSeq2SeqLM",
 }
 
 
@@ -165,8 +182,13 @@ def _build_problem(exc: Exception, scratch: Any, what: str) -> Problem:
     if key is None:  # the one extra key whose value the message quotes ("... but got -1")
         quoted = [k for k, v in scratch.extra.items() if re.search(rf"(?<![\w.-]){re.escape(str(v))}(?![\w.])", text)]
         key = quoted[0] if len(quoted) == 1 else None
-    where = f"model.scratch.extra.{key}" if key in scratch.extra else "model.scratch.extra" if scratch.extra \
+    where = (
+        f"model.scratch.extra.{key}"
+        if key in scratch.extra
+        else "model.scratch.extra"
+        if scratch.extra
         else "model.scratch"
+    )
     return Problem(where, f"transformers cannot build a {scratch.architecture!r} {what} from it: {reason}")
 
 
@@ -194,9 +216,14 @@ def _size_problems(recipe: Recipe) -> list[Problem]:
         return []
     s = recipe.model.scratch
     assert s is not None
-    return [Problem("model.scratch", f"{s.layers} layers of hidden size {s.hidden} (feed-forward {s.intermediate}) "
-                    f"need about {need / 2**30:,.1f} GiB to train, before activations; this machine has "
-                    f"{have / 2**30:,.1f} GiB: use fewer or smaller layers")]
+    return [
+        Problem(
+            "model.scratch",
+            f"{s.layers} layers of hidden size {s.hidden} (feed-forward {s.intermediate}) "
+            f"need about {need / 2**30:,.1f} GiB to train, before activations; this machine has "
+            f"{have / 2**30:,.1f} GiB: use fewer or smaller layers",
+        )
+    ]
 
 
 def _position_problems(recipe: Recipe) -> list[Problem]:
@@ -219,8 +246,13 @@ def _position_problems(recipe: Recipe) -> list[Problem]:
     limit = usable_positions(positions, arch)
     if length <= limit:
         return []
-    return [Problem("model.max_length", f"{length} tokens, but the model has positions for {limit} "
-                    f"(max_position_embeddings {positions} in {where}): use --set model.max_length={limit} or less")]
+    return [
+        Problem(
+            "model.max_length",
+            f"{length} tokens, but the model has positions for {limit} "
+            f"(max_position_embeddings {positions} in {where}): use --set model.max_length={limit} or less",
+        )
+    ]
 
 
 def _training_argument_problems(loaded: LoadedRecipe) -> list[Problem]:
@@ -248,8 +280,15 @@ def _training_argument_problems(loaded: LoadedRecipe) -> list[Problem]:
     return problems
 
 
-_OPTIMIZER_KEYS = {"optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon", "optim_target_modules",
-                   "lr_scheduler_kwargs"}
+_OPTIMIZER_KEYS = {
+    "optim",
+    "optim_args",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "optim_target_modules",
+    "lr_scheduler_kwargs",
+}
 
 
 def _type_problems(extra: dict[str, Any]) -> list[Problem]:
@@ -270,14 +309,20 @@ def _type_problems(extra: dict[str, Any]) -> list[Problem]:
         names = [m.value for k in kinds if isinstance(k, type) and issubclass(k, enum.Enum) for m in k]
         if names and isinstance(value, str) and value not in names:  # optim, lr_scheduler_type, save_strategy...
             shown = ", ".join(names) if len(names) <= 12 else f"{len(names)} names, e.g. {', '.join(names[:6])}"
-            problems.append(Problem(f"train.extra.{key}", f"unknown value {value!r}{did_you_mean(value, names)}; "
-                                    f"TrainingArguments.{key} takes: {shown}"))
+            problems.append(
+                Problem(
+                    f"train.extra.{key}",
+                    f"unknown value {value!r}{did_you_mean(value, names)}; TrainingArguments.{key} takes: {shown}",
+                )
+            )
             continue
         kinds = {str if isinstance(k, type) and issubclass(k, enum.Enum) else k for k in kinds}
         kinds = {type(k.__args__[0]) if typing.get_origin(k) is typing.Literal else k for k in kinds}
         if kinds and kinds <= set(_ACCEPTS) and not any(_ACCEPTS[k](value) for k in kinds):
             wanted = " or ".join(sorted({_WORDS[k] for k in kinds}))
-            problems.append(Problem(f"train.extra.{key}", f"expected {wanted} (TrainingArguments.{key}), got {value!r}"))
+            problems.append(
+                Problem(f"train.extra.{key}", f"expected {wanted} (TrainingArguments.{key}), got {value!r}")
+            )
     return problems
 
 
@@ -310,8 +355,13 @@ def _optimizer_problems(args: Any, extra: dict[str, Any]) -> list[Problem]:
     scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     where = "train.extra.lr_scheduler_kwargs" if "lr_scheduler_kwargs" in extra else "train.scheduler"
     try:
-        get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=1, num_training_steps=10,
-                      scheduler_specific_kwargs=args.lr_scheduler_kwargs or {})
+        get_scheduler(
+            args.lr_scheduler_type,
+            optimizer,
+            num_warmup_steps=1,
+            num_training_steps=10,
+            scheduler_specific_kwargs=args.lr_scheduler_kwargs or {},
+        )
     except (ImportError, ValueError, TypeError, RuntimeError) as exc:
         return [Problem(where, f"scheduler {scheduler!r}: {first_line(exc)}")]
     return []

@@ -86,7 +86,7 @@ def find_run(loaded: LoadedRecipe, base: Path, run_dir: Path | None = None) -> P
         if (run_dir / COMPLETE).exists():
             raise NlptasksError(
                 f"--resume {run_dir}: this run is complete; there is nothing to resume",
-                hint=f"Use it: nlptasks infer --model {run_dir} \"...\"   (or start a new run without --resume)",
+                hint=f'Use it: nlptasks infer --model {run_dir} "..."   (or start a new run without --resume)',
             )
         _same_recipe(state, resolved, digest, run_dir, source)
         return run_dir
@@ -115,8 +115,7 @@ def _same_recipe(state: dict[str, Any], resolved: dict[str, Any], digest: str, r
         return
     changed = differences(state.get("recipe", {}), resolved)
     raise NlptasksError(
-        f"--resume {run_dir}: the run was started with another recipe than {source}; "
-        f"{len(changed)} key(s) differ",
+        f"--resume {run_dir}: the run was started with another recipe than {source}; {len(changed)} key(s) differ",
         problems=[Problem("", line) for line in changed] or [Problem("", "the recipe hash differs")],
         hint="Resume with the recipe (and --set values) the run started with, or start a new run without --resume.",
     )

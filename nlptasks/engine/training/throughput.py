@@ -42,9 +42,17 @@ __all__ = ["count_training_tokens", "device_peak_flops", "nonembedding_parameter
 
 # Dense peaks (FLOP/s) of CUDA GPUs by a substring of their name: (bf16/fp16 tensor cores, tf32/fp32).
 _GPU_PEAKS = {
-    "H200": (989e12, 494e12), "H100": (989e12, 494e12), "A100": (312e12, 156e12), "A10G": (70e12, 35e12),
-    "L40S": (362e12, 183e12), "L4": (121e12, 60e12), "A10": (125e12, 62.5e12), "V100": (125e12, 15.7e12),
-    "T4": (65e12, 8.1e12), "RTX 4090": (165e12, 82.6e12), "RTX 3090": (71e12, 35.6e12),
+    "H200": (989e12, 494e12),
+    "H100": (989e12, 494e12),
+    "A100": (312e12, 156e12),
+    "A10G": (70e12, 35e12),
+    "L40S": (362e12, 183e12),
+    "L4": (121e12, 60e12),
+    "A10": (125e12, 62.5e12),
+    "V100": (125e12, 15.7e12),
+    "T4": (65e12, 8.1e12),
+    "RTX 4090": (165e12, 82.6e12),
+    "RTX 3090": (71e12, 35.6e12),
 }
 
 
@@ -142,8 +150,11 @@ def device_peak_flops(precision: str) -> tuple[float | None, str]:
             if key in name:
                 return (fast if half else full), "table"
         return _measured(f"cuda {name}", torch.bfloat16 if half else torch.float32, "cuda")
-    return _measured(f"cpu {_cpu_name()} threads={torch.get_num_threads()}",
-                     torch.bfloat16 if precision == "bf16" else torch.float32, "cpu")
+    return _measured(
+        f"cpu {_cpu_name()} threads={torch.get_num_threads()}",
+        torch.bfloat16 if precision == "bf16" else torch.float32,
+        "cpu",
+    )
 
 
 def _cpu_name() -> str:

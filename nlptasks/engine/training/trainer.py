@@ -81,9 +81,15 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         raise RecipeError("recipe", conflicts)
     precision = resolve_precision(t.precision, pretrained=ctx.recipe.model.name_or_path is not None)
     situation = Situation(
-        output_dir=str(ctx.checkpoints_dir), evaluate=has_validation and t.eval_strategy != "no", best_metric=best,
-        greater_is_better=greater, precision=precision, optimizer=resolve_optimizer(ctx.recipe.optimize.optimizer),
-        cuda=torch.cuda.is_available(), world_size=world_size(), progress=progress,
+        output_dir=str(ctx.checkpoints_dir),
+        evaluate=has_validation and t.eval_strategy != "no",
+        best_metric=best,
+        greater_is_better=greater,
+        precision=precision,
+        optimizer=resolve_optimizer(ctx.recipe.optimize.optimizer),
+        cuda=torch.cuda.is_available(),
+        world_size=world_size(),
+        progress=progress,
     )
     ctx.manifest["precision"] = precision
     if "tensorboard" in t.report_to:  # transformers' TensorBoardCallback reads the folder from here
@@ -113,7 +119,11 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
         if importlib.util.find_spec("deepspeed") is None:
             raise RecipeError(
                 "recipe",
-                [Problem("train.extra.deepspeed", "needs the deepspeed package (not installed: pip install deepspeed)")],
+                [
+                    Problem(
+                        "train.extra.deepspeed", "needs the deepspeed package (not installed: pip install deepspeed)"
+                    )
+                ],
                 hint="DeepSpeed and FSDP: docs/optimize.md#fsdp-and-deepspeed.",
             )
     try:
@@ -137,9 +147,10 @@ def describe_log(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
     where = f" (epoch {round(epoch, 2):g})" if isinstance(epoch, (int, float)) else ""
     for prefix, name in (("eval_", "validation"), ("test_", "test")):
         if any(k.startswith(prefix) for k in logs):
-            values = {k[len(prefix):]: v for k, v in logs.items() if k.startswith(prefix)}
+            values = {k[len(prefix) :]: v for k, v in logs.items() if k.startswith(prefix)}
             shown = [
-                f"{k} {_fmt(v)}" for k, v in values.items()
+                f"{k} {_fmt(v)}"
+                for k, v in values.items()
                 if "/" not in k and not k.endswith(_RATE_KEYS) and isinstance(v, (int, float))
             ]
             return f"{name}{where}: " + ", ".join(shown)
@@ -193,7 +204,13 @@ def use_readable_logs(trainer: Any, ctx: RunContext, progress: bool) -> None:
 
 
 def build_trainer(
-    trainer_class: Any, ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any,
+    trainer_class: Any,
+    ctx: RunContext,
+    model: Any,
+    args: Any,
+    data: Any,
+    data_collator: Any,
+    compute_metrics: Any,
     **kwargs: Any,
 ) -> Any:
     """``trainer_class`` (``transformers.Trainer`` or a subclass) over the run's splits: what step 8b
@@ -302,7 +319,8 @@ def _diverged(ctx: RunContext, step: int, value: float, learning_rate: float) ->
     from nlptasks.engine.training.resume import checkpoint_problem
 
     good = [
-        p for p in ctx.checkpoints_dir.glob("checkpoint-*")
+        p
+        for p in ctx.checkpoints_dir.glob("checkpoint-*")
         if p.is_dir() and p.name.rsplit("-", 1)[-1].isdigit() and checkpoint_problem(p) is None
     ]
     if good:

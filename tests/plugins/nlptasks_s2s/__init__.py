@@ -51,8 +51,10 @@ class S2SOptions(BaseModel):
     source_column: str = Field("source", description="Column (or JSON key) holding the source text.")
     target_column: str = Field("target", description="Column (or JSON key) holding the target text.")
     max_target_length: int = Field(
-        16, ge=2, description="Longest target in tokens, its end token included: longer targets are cut, and "
-        "generation stops there."
+        16,
+        ge=2,
+        description="Longest target in tokens, its end token included: longer targets are cut, and "
+        "generation stops there.",
     )
 
 
@@ -113,8 +115,12 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
     out = DatasetDict()
     for split, ds in data.items():
-        out[split] = ds.map(encode, batched=True, remove_columns=[c for c in ds.column_names if c != ROW_COLUMN],
-                            desc=f"tokenize {split}")
+        out[split] = ds.map(
+            encode,
+            batched=True,
+            remove_columns=[c for c in ds.column_names if c != ROW_COLUMN],
+            desc=f"tokenize {split}",
+        )
     ctx.manifest["source_column"] = opts.source_column
     ctx.manifest["max_target_length"] = opts.max_target_length
     for split in ("test", "validation", "train"):
@@ -131,8 +137,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 def nlptasks_build_model(ctx: RunContext) -> Any:
     tokenizer = ctx.tokenizer
     start, end = tokenizer.convert_tokens_to_ids(START), tokenizer.convert_tokens_to_ids(END)
-    return load_model(ctx, "AutoModelForSeq2SeqLM", decoder_start_token_id=start, bos_token_id=start,
-                      eos_token_id=end)
+    return load_model(ctx, "AutoModelForSeq2SeqLM", decoder_start_token_id=start, bos_token_id=start, eos_token_id=end)
 
 
 def decode_all(tokenizer: Any, ids: Any) -> list[str]:
@@ -165,8 +170,9 @@ def nlptasks_training_arguments(ctx: RunContext, kwargs: dict[str, Any]) -> Any:
     from transformers import Seq2SeqTrainingArguments
 
     length = ctx.options.max_target_length
-    return Seq2SeqTrainingArguments(**kwargs, predict_with_generate=True, generation_max_length=length,
-                                    generation_num_beams=1)
+    return Seq2SeqTrainingArguments(
+        **kwargs, predict_with_generate=True, generation_max_length=length, generation_num_beams=1
+    )
 
 
 @hookimpl
@@ -177,8 +183,9 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
 
 
 @hookimpl
-def nlptasks_trainer(ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any,
-                     compute_metrics: Any) -> Any:
+def nlptasks_trainer(
+    ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
+) -> Any:
     from transformers import Seq2SeqTrainer
 
     return build_trainer(Seq2SeqTrainer, ctx, model, args, data, data_collator, compute_metrics)
@@ -207,12 +214,16 @@ class S2SPredictor:
             chunk = texts[i : i + self.batch_size]
             enc = self.tokenizer(chunk, truncation=True, max_length=self.max_length, padding=True, return_tensors="pt")
             with torch.inference_mode():
-                generated = self.model.generate(input_ids=enc["input_ids"].to(device),
-                                                attention_mask=enc["attention_mask"].to(device),
-                                                max_length=self.max_new_tokens + 1,  # the start token too
-                                                do_sample=False, num_beams=1)
-            results += [{"source": s, "target": t} for s, t in zip(chunk, decode_all(self.tokenizer, generated),
-                                                                     strict=True)]
+                generated = self.model.generate(
+                    input_ids=enc["input_ids"].to(device),
+                    attention_mask=enc["attention_mask"].to(device),
+                    max_length=self.max_new_tokens + 1,  # the start token too
+                    do_sample=False,
+                    num_beams=1,
+                )
+            results += [
+                {"source": s, "target": t} for s, t in zip(chunk, decode_all(self.tokenizer, generated), strict=True)
+            ]
         return results
 
 

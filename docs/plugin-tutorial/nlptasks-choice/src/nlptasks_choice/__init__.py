@@ -36,9 +36,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
-    LoadOptions,
     DataError,
     Evaluation,
+    LoadOptions,
     RunContext,
     TaskSpec,
     Usage,
@@ -59,8 +59,10 @@ TASK = "choice"
 
 # peft prepends virtual tokens to the model's input, but this model's input is (batch, choices,
 # tokens): peft builds its prompts for `batch` sequences, the model runs batch x choices of them.
-_VIRTUAL_TOKENS = ("peft adds its virtual tokens per input row, while a multiple-choice model runs "
-                   "each row's candidates as separate sequences (batch x choices), so they do not line up")
+_VIRTUAL_TOKENS = (
+    "peft adds its virtual tokens per input row, while a multiple-choice model runs "
+    "each row's candidates as separate sequences (batch x choices), so they do not line up"
+)
 
 
 class ChoiceOptions(BaseModel):
@@ -161,13 +163,19 @@ def row_problem(row: dict[str, Any], opts: ChoiceOptions, numbered: list[str], n
     return None
 
 
-def encode(tokenizer: Any, contexts: list[str], choices: list[list[str]], max_length: int | None,
-           padding: bool | str = False) -> dict[str, list[Any]]:
+def encode(
+    tokenizer: Any, contexts: list[str], choices: list[list[str]], max_length: int | None, padding: bool | str = False
+) -> dict[str, list[Any]]:
     """Each context paired with each of its candidates: feature → one ``(num_choices, tokens)``
     list per example."""
     n = len(choices[0]) if choices else 0
-    flat = tokenizer([c for c in contexts for _ in range(n)], [text for row in choices for text in row],
-                     truncation=True, max_length=max_length, padding=padding)
+    flat = tokenizer(
+        [c for c in contexts for _ in range(n)],
+        [text for row in choices for text in row],
+        truncation=True,
+        max_length=max_length,
+        padding=padding,
+    )
     return {key: [values[i * n : (i + 1) * n] for i in range(len(contexts))] for key, values in flat.items()}
 
 
@@ -185,12 +193,17 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     rows: dict[str, tuple[list[int], list[str], list[list[str]], list[int]]] = {}
     for split, ds in data.items():
         numbered = _numbered(ctx, split, ds, opts)
-        hint = (f"Every row needs a non-empty {opts.context_column!r}, {n} non-empty candidates and a "
-                f"{opts.label_column!r} between 0 and {n - 1}.")
+        hint = (
+            f"Every row needs a non-empty {opts.context_column!r}, {n} non-empty candidates and a "
+            f"{opts.label_column!r} between 0 and {n - 1}."
+        )
         ds = filter_rows(ctx, split, ds, lambda row, nb=numbered: row_problem(row, opts, nb, n), "error", hint)
-        rows[split] = (row_numbers(ds), [str(c) for c in ds[opts.context_column]],
-                       [[str(t) for t in candidates(row, opts, numbered)] for row in ds],  # type: ignore[union-attr]
-                       [int(label_index(v)) for v in ds[opts.label_column]])  # type: ignore[arg-type]
+        rows[split] = (
+            row_numbers(ds),
+            [str(c) for c in ds[opts.context_column]],
+            [[str(t) for t in candidates(row, opts, numbered)] for row in ds],  # type: ignore[union-attr]
+            [int(label_index(v)) for v in ds[opts.label_column]],
+        )  # type: ignore[arg-type]
 
     train = rows.get("train", ([], [], [], []))  # no train split under `nlptasks eval` (the run's tokenizer)
     tokenizer = get_tokenizer(ctx, corpus=[*train[1], *(text for row in train[2] for text in row)])
@@ -213,8 +226,10 @@ def _candidate_count(ctx: RunContext, train: Any, opts: ChoiceOptions) -> int:
     numbered = _numbered(ctx, "train", train, opts)
     counts = Counter(len(found) for row in train if isinstance(found := candidates(row, opts, numbered), list))
     if not counts or counts.most_common(1)[0][0] < 2:
-        raise DataError(f"no training row has two or more candidates in {opts.choices_column!r}",
-                        path=ctx.sources.get("train", "train"))
+        raise DataError(
+            f"no training row has two or more candidates in {opts.choices_column!r}",
+            path=ctx.sources.get("train", "train"),
+        )
     return counts.most_common(1)[0][0]
 
 
@@ -226,10 +241,13 @@ def _numbered(ctx: RunContext, split: str, ds: Any, opts: ChoiceOptions) -> list
     numbered = numbered_columns(ds.column_names, opts.choices_column)
     if len(numbered) < 2:
         present = ", ".join(c for c in ds.column_names if not c.startswith("__"))
-        raise DataError(f"no column {opts.choices_column!r} holding the candidates, nor columns "
-                        f"{opts.choices_column}0, {opts.choices_column}1, ... (options.choices_column); "
-                        f"the columns are: {present}", path=ctx.sources.get(split, split),
-                        hint="Name the candidates with --set options.choices_column=NAME.")
+        raise DataError(
+            f"no column {opts.choices_column!r} holding the candidates, nor columns "
+            f"{opts.choices_column}0, {opts.choices_column}1, ... (options.choices_column); "
+            f"the columns are: {present}",
+            path=ctx.sources.get(split, split),
+            hint="Name the candidates with --set options.choices_column=NAME.",
+        )
     return numbered
 
 
@@ -293,9 +311,17 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
     for i, (p, gold) in enumerate(zip(probs, evaluation.label_ids, strict=True)):
         predicted = int(p.argmax())
         if predicted != int(gold):
-            wrong.append({"row": side["rows"][i], "context": side["contexts"][i], "choices": side["choices"][i],
-                          "gold": int(gold), "predicted": predicted, "score": round(float(p[predicted]), 6),
-                          "gold_score": round(float(p[int(gold)]), 6)})
+            wrong.append(
+                {
+                    "row": side["rows"][i],
+                    "context": side["contexts"][i],
+                    "choices": side["choices"][i],
+                    "gold": int(gold),
+                    "predicted": predicted,
+                    "score": round(float(p[predicted]), 6),
+                    "gold_score": round(float(p[int(gold)]), 6),
+                }
+            )
     return wrong
 
 
@@ -309,8 +335,12 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
     evaluation = ctx.evaluations[split]
     logits = evaluation.predictions[0] if isinstance(evaluation.predictions, tuple) else evaluation.predictions
     predicted, gold = logits.argmax(-1), evaluation.label_ids
-    lines = [f"## Answers by position ({split})", "",
-             "| candidate | right answer | predicted | accuracy when right |", "|---|---:|---:|---:|"]
+    lines = [
+        f"## Answers by position ({split})",
+        "",
+        "| candidate | right answer | predicted | accuracy when right |",
+        "|---|---:|---:|---:|",
+    ]
     for i in range(logits.shape[-1]):
         here = gold == i
         accuracy = f"{(predicted[here] == i).mean():.3f}" if here.any() else "-"
@@ -354,7 +384,10 @@ class ChoicePredictor:
         texts = item[self.choices_column]
         if len(texts) != self.n:
             raise DataError(f"{len(texts)} candidates in {self.choices_column!r}; this run takes {self.n}", row=number)
-        return {**{k: v for k, v in item.items() if k != self.choices_column}, **dict(zip(self.fields[1:], texts, strict=True))}
+        return {
+            **{k: v for k, v in item.items() if k != self.choices_column},
+            **dict(zip(self.fields[1:], texts, strict=True)),
+        }
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
         import numpy as np
@@ -380,8 +413,15 @@ class ChoicePredictor:
         results = []
         for context, texts, scores in zip(contexts, choices, softmax(np.stack(logits)), strict=True):
             best = int(scores.argmax())
-            results.append({"context": context, "choices": texts, "label": best, "answer": texts[best],
-                            "scores": [round(float(s), 6) for s in scores]})
+            results.append(
+                {
+                    "context": context,
+                    "choices": texts,
+                    "label": best,
+                    "answer": texts[best],
+                    "scores": [round(float(s), 6) for s in scores],
+                }
+            )
         return results
 
 

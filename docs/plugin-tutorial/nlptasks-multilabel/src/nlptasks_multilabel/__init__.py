@@ -26,10 +26,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
-    LoadOptions,
     UNKNOWN_LABEL,
     DataError,
     Evaluation,
+    LoadOptions,
     RunContext,
     TaskSpec,
     get_tokenizer,
@@ -60,9 +60,7 @@ class MultilabelOptions(BaseModel):
         description="Column (or JSON key) holding the labels: a string of labels joined with "
         "`separator` (an empty string means no label), or a JSON list of labels.",
     )
-    separator: str = Field(
-        "|", min_length=1, description="What joins several labels in one cell, e.g. '服务|位置'."
-    )
+    separator: str = Field("|", min_length=1, description="What joins several labels in one cell, e.g. '服务|位置'.")
     threshold: float = Field(
         0.5,
         gt=0,
@@ -82,8 +80,17 @@ def register_tasks(register: Any) -> None:
             best_metric="f1_micro",
             greater_is_better=True,
             stratify_by=None,  # a row has several labels: plain random splits
-            metrics=("f1_micro", "precision_micro", "recall_micro", "exact_match", "f1_macro", "f1/<label>",
-                     "precision/<label>", "recall/<label>", "support/<label>"),
+            metrics=(
+                "f1_micro",
+                "precision_micro",
+                "recall_micro",
+                "exact_match",
+                "f1_macro",
+                "f1/<label>",
+                "precision/<label>",
+                "recall/<label>",
+                "support/<label>",
+            ),
             label_fields={"labels": "example"},  # one multi-hot vector per text
             peft_task_type="SEQ_CLS",  # a sequence classifier: lora, ia3, prompt, p_tuning train it
         )
@@ -143,8 +150,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     labels = sorted({label for _, _, row_labels in parsed["train"] for label in row_labels})
     if not labels:
         raise DataError(
-            f"no row of the training data has a label (column {opts.labels_column!r}, "
-            f"separator {opts.separator!r})",
+            f"no row of the training data has a label (column {opts.labels_column!r}, separator {opts.separator!r})",
             path=ctx.sources.get("train"),
         )
     known = set(labels)
@@ -155,8 +161,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             unseen = [label for label in row_labels if label not in known]
             if unseen:
                 raise DataError(
-                    f"label {unseen[0]!r} does not occur in the training data; "
-                    f"known labels: {', '.join(labels)}",
+                    f"label {unseen[0]!r} does not occur in the training data; known labels: {', '.join(labels)}",
                     path=ctx.sources.get(split, split),
                     row=row,
                     hint="Fix the row, or add training examples with this label.",
@@ -292,10 +297,14 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
     predicted, gold = sigmoid(logits) >= ctx.options.threshold, evaluation.label_ids >= 0.5
     side = evaluation.side
     return [
-        {"row": side["rows"][i], "text": side["texts"][i],
-         "gold": [name for name, on in zip(labels, gold[i], strict=True) if on],
-         "predicted": [name for name, on in zip(labels, predicted[i], strict=True) if on]}
-        for i in range(len(gold)) if (predicted[i] != gold[i]).any()
+        {
+            "row": side["rows"][i],
+            "text": side["texts"][i],
+            "gold": [name for name, on in zip(labels, gold[i], strict=True) if on],
+            "predicted": [name for name, on in zip(labels, predicted[i], strict=True) if on],
+        }
+        for i in range(len(gold))
+        if (predicted[i] != gold[i]).any()
     ]
 
 

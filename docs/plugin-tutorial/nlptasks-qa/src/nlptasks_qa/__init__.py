@@ -31,9 +31,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
-    LoadOptions,
     Evaluation,
     Finding,
+    LoadOptions,
     NlptasksError,
     RunContext,
     TaskSpec,
@@ -74,7 +74,9 @@ class QaOptions(BaseModel):
         "absent or empty, the answer's first occurrence in the context.",
     )
     stride: int = Field(32, ge=0, description="Context tokens shared by consecutive windows of a long context.")
-    max_answer_tokens: int = Field(30, ge=1, description="Longest answer, in tokens, that scoring and inference propose.")
+    max_answer_tokens: int = Field(
+        30, ge=1, description="Longest answer, in tokens, that scoring and inference propose."
+    )
     bad_rows: Literal["error", "skip"] = Field(
         "error",
         description="A row with an empty question or context, or an answer that is not in its context: 'error' "
@@ -137,8 +139,15 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     from datasets import Dataset, DatasetDict
 
     opts: QaOptions = ctx.options
-    require_columns(ctx, data, {"question_column": opts.question_column, "context_column": opts.context_column,
-                                "answer_column": opts.answer_column})
+    require_columns(
+        ctx,
+        data,
+        {
+            "question_column": opts.question_column,
+            "context_column": opts.context_column,
+            "answer_column": opts.answer_column,
+        },
+    )
 
     def problem(row: dict[str, Any]) -> str | None:
         span = answer_span(row, opts)
@@ -154,8 +163,10 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     corpus = questions["train"] + contexts["train"] if "train" in data else None
     tokenizer = get_tokenizer(ctx, corpus=corpus)
     if not getattr(tokenizer, "is_fast", False):
-        raise NlptasksError("qa needs a fast tokenizer (character offsets); this model has a slow one",
-                            hint="Pick a model with a tokenizer.json, or use [model.scratch].")
+        raise NlptasksError(
+            "qa needs a fast tokenizer (character offsets); this model has a slow one",
+            hint="Pick a model with a tokenizer.json, or use [model.scratch].",
+        )
     max_length = ctx.recipe.model.max_length
     padding = "max_length" if ctx.recipe.train.padding == "max_length" else False
     out = DatasetDict()
@@ -165,8 +176,13 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         starts, ends = answer_positions(windows, [s[0] for s in spans], [s[1] for s in spans])  # type: ignore[index]
         out[split] = Dataset.from_dict({**windows.features, "start_positions": starts, "end_positions": ends})
         covered = len({windows.example[w] for w, s in enumerate(starts) if s != 0})
-        ctx.log.info("%s: %d questions → %d windows; %d answers lie wholly inside a window",
-                     split, len(ds), len(windows.example), covered)
+        ctx.log.info(
+            "%s: %d questions → %d windows; %d answers lie wholly inside a window",
+            split,
+            len(ds),
+            len(windows.example),
+            covered,
+        )
         if split != "train":  # what step 6 needs to score per question, over all its windows
             ctx.side[split] = {
                 "windows": windows.example,
@@ -179,8 +195,12 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         if split in data and len(data[split]):
             ctx.manifest["example"] = [questions[split][0], contexts[split][0]]
             break
-    ctx.manifest.update(question_column=opts.question_column, context_column=opts.context_column,
-                        stride=opts.stride, max_answer_tokens=opts.max_answer_tokens)
+    ctx.manifest.update(
+        question_column=opts.question_column,
+        context_column=opts.context_column,
+        stride=opts.stride,
+        max_answer_tokens=opts.max_answer_tokens,
+    )
     return out
 
 
@@ -193,18 +213,34 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     for split, ds in data.items():
         missing = [c for c in columns if c not in ds.column_names]
         if missing:
-            return [Finding("error", "columns", f"no column {missing[0]!r}; the columns are: "
-                            f"{', '.join(ds.column_names)} (name it in [options])", split)]
+            return [
+                Finding(
+                    "error",
+                    "columns",
+                    f"no column {missing[0]!r}; the columns are: {', '.join(ds.column_names)} (name it in [options])",
+                    split,
+                )
+            ]
     level = "error" if opts.bad_rows == "error" else "warning"
     consequence = "a run stops on them" if opts.bad_rows == "error" else "a run skips them"
     findings = blank_texts(ctx, data, list(columns), level=level, consequence=consequence)
     for split, ds in data.items():
         spans = [answer_span(row, opts) for row in ds]
-        lost = [n for n, span in zip(row_numbers(ds), spans, strict=True)
-                if isinstance(span, str) and not span.startswith("empty")]  # empty fields: blank_texts
+        lost = [
+            n
+            for n, span in zip(row_numbers(ds), spans, strict=True)
+            if isinstance(span, str) and not span.startswith("empty")
+        ]  # empty fields: blank_texts
         if lost:
-            findings.append(Finding(level, "answer-missing", f"{len(lost)} answer(s) not found in their context "
-                                    f"(or not at answer_start); {consequence}", split, lost))
+            findings.append(
+                Finding(
+                    level,
+                    "answer-missing",
+                    f"{len(lost)} answer(s) not found in their context (or not at answer_start); {consequence}",
+                    split,
+                    lost,
+                )
+            )
 
     def question(row: dict[str, Any]) -> tuple[str, str]:
         return (str(row[opts.question_column]).strip(), str(row[opts.context_column]).strip())
@@ -212,15 +248,29 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     findings += duplicates(ctx, data, question, what="question and context")
     findings += split_overlap(ctx, data, question, what="question and context")
     train = data["train"] if "train" in data else None
-    corpus = [str(t) for column in (opts.question_column, opts.context_column) for t in train[column]] if train else None
+    corpus = (
+        [str(t) for column in (opts.question_column, opts.context_column) for t in train[column]] if train else None
+    )
     tokenizer = get_tokenizer(ctx, corpus=corpus)  # built from train when from scratch, as a run does
     max_length = ctx.recipe.model.max_length
     for split, ds in data.items():
-        lengths = [len(ids) for ids in tokenizer([str(q) for q in ds[opts.question_column]],
-                                                 [str(c) for c in ds[opts.context_column]])["input_ids"]]
+        lengths = [
+            len(ids)
+            for ids in tokenizer([str(q) for q in ds[opts.question_column]], [str(c) for c in ds[opts.context_column]])[
+                "input_ids"
+            ]
+        ]
         long_rows = [n for n, length in zip(row_numbers(ds), lengths, strict=True) if length > max_length]
-        findings.append(truncation(split, long_rows, len(ds), max_length=max_length, what="question(s)",
-                                   consequence="their contexts are cut into windows; none is lost"))
+        findings.append(
+            truncation(
+                split,
+                long_rows,
+                len(ds),
+                max_length=max_length,
+                what="question(s)",
+                consequence="their contexts are cut into windows; none is lost",
+            )
+        )
     return findings
 
 
@@ -297,8 +347,9 @@ class QaPredictor:
         questions = [row[self.columns[0]] for row in rows]
         contexts = [row[self.columns[1]] for row in rows]
         windows = make_windows(self.tokenizer, questions, contexts, self.max_length, self.stride)
-        logits = predict_per_token(self.model, self.tokenizer, windows.features, self.batch_size,
-                                   outputs=("start_logits", "end_logits"))
+        logits = predict_per_token(
+            self.model, self.tokenizer, windows.features, self.batch_size, outputs=("start_logits", "end_logits")
+        )
         spans = best_spans(windows, logits["start_logits"], logits["end_logits"], len(rows), self.max_answer_tokens)
         results = []
         for i, span in enumerate(spans):
@@ -307,8 +358,15 @@ class QaPredictor:
                 continue
             # softmax of the start and of the end logits within the span's window
             norm = sum(float(np.logaddexp.reduce(logits[k][span.window])) for k in ("start_logits", "end_logits"))
-            results.append({"question": questions[i], "answer": contexts[i][span.start : span.end],
-                            "start": span.start, "end": span.end, "score": round(float(np.exp(span.score - norm)), 6)})
+            results.append(
+                {
+                    "question": questions[i],
+                    "answer": contexts[i][span.start : span.end],
+                    "start": span.start,
+                    "end": span.end,
+                    "score": round(float(np.exp(span.score - norm)), 6),
+                }
+            )
         return results
 
 

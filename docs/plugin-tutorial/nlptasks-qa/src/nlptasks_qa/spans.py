@@ -34,12 +34,19 @@ class Windows:
     offsets: list[list[tuple[int, int] | None]]
 
 
-def make_windows(tokenizer: Any, questions: list[str], contexts: list[str], max_length: int, stride: int,
-                 padding: bool | str = False) -> Windows:
+def make_windows(
+    tokenizer: Any, questions: list[str], contexts: list[str], max_length: int, stride: int, padding: bool | str = False
+) -> Windows:
     """Tokenize each (question, context) pair into windows of at most ``max_length`` tokens."""
     enc = tokenizer(
-        questions, contexts, truncation="only_second", max_length=max_length, stride=stride,
-        return_overflowing_tokens=True, return_offsets_mapping=True, padding=padding,
+        questions,
+        contexts,
+        truncation="only_second",
+        max_length=max_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=padding,
     )
     example = list(enc.pop("overflow_to_sample_mapping"))
     offsets = []
@@ -78,8 +85,14 @@ class Span:
     window: int
 
 
-def best_spans(windows: Windows, start_logits: list[Any], end_logits: list[Any], n_examples: int,
-               max_answer_tokens: int, top: int = 20) -> list[Span | None]:
+def best_spans(
+    windows: Windows,
+    start_logits: list[Any],
+    end_logits: list[Any],
+    n_examples: int,
+    max_answer_tokens: int,
+    top: int = 20,
+) -> list[Span | None]:
     """Per example, the best :class:`Span` over all its windows, or ``None`` when no window
     proposes one (a start and an end inside the context, in order, at most
     ``max_answer_tokens`` apart).
