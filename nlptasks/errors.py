@@ -56,7 +56,8 @@ class RecipeError(NlptasksError):
 
 
 class DataError(NlptasksError):
-    """Bad training data: names the file and, where known, the row (1-based, header excluded)."""
+    """Bad data: names the file and, where known, the row (1-based, header excluded) and the
+    ``field`` of the row at fault (``text``, ``tokens[2]``: the server names ``inputs[i].text``)."""
 
     def __init__(
         self,
@@ -64,6 +65,7 @@ class DataError(NlptasksError):
         path: str | None = None,
         row: int | None = None,
         hint: str | None = None,
+        field: str | None = None,
     ) -> None:
         where = path or ""
         if row is not None:
@@ -72,6 +74,7 @@ class DataError(NlptasksError):
         super().__init__(full, hint=hint)
         self.path = path
         self.row = row
+        self.field = field
 
 
 class PluginError(NlptasksError):

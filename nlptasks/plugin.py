@@ -26,7 +26,7 @@ from nlptasks.engine.data.doctor import (
     split_overlap,
     truncation,
 )
-from nlptasks.engine.data.inputs import input_fields, input_texts
+from nlptasks.engine.data.inputs import input_fields, input_text, input_texts, input_words
 from nlptasks.engine.data.reading import ROW_COLUMN, load_file, numbered_jsonl
 from nlptasks.engine.data.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
 from nlptasks.engine.data.tokenization import get_tokenizer
@@ -80,6 +80,8 @@ API_GROUPS: dict[str, list[str]] = {
         "load_trained_model",
         "input_fields",
         "input_texts",
+        "input_text",
+        "input_words",
         "predict_logits",
         "predict_per_token",
         "softmax",
@@ -133,7 +135,9 @@ __all__ = [
     "get_tokenizer",
     "hookimpl",
     "input_fields",
+    "input_text",
     "input_texts",
+    "input_words",
     "is_blank",
     "keeps_examples_apart",
     "label_config",

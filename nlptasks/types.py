@@ -242,7 +242,11 @@ class Predictor(Protocol):
     them with :func:`nlptasks.plugin.input_fields`: from a dict by column name; from a string
     holding the fields separated by TABs; or, when no string holds a TAB, from consecutive strings
     (``nlptasks infer --model RUN "text a" "text b"``: one input).  A predictor never parses JSON or
-    splits lines itself, so every task accepts the same shapes.
+    splits lines itself, so every task accepts the same shapes.  Nothing is turned into a text: a
+    field that holds ``null``, a number, true/false, a list or an object, or a string with a lone
+    surrogate, is refused with a ``DataError`` naming the input and the field
+    (:func:`nlptasks.plugin.input_text`; ``input_words`` for a list of words), never read as
+    ``"5"`` or ``""``.
 
     Optional, for file formats of the task's own (``nlptasks infer --format NAME``): a predictor
     may declare ``formats``, a dict ``{name: one-line description}``, and implement

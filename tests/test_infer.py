@@ -222,18 +222,35 @@ def test_the_input_rule_for_several_fields():
         {"question": "q2", "context": "c2"},
     ]
     assert input_fields(["q\tc\twith a tab"], fields) == [{"question": "q", "context": "c\twith a tab"}]
-    assert input_fields([{"question": "q", "context": None, "x": 1}], fields) == [{"question": "q", "context": ""}]
-    assert input_fields([("q", 5)], fields) == [{"question": "q", "context": "5"}]
+    assert input_fields([{"question": "q", "context": "c", "x": 1}], fields) == [{"question": "q", "context": "c"}]
     for bad, message in (
+        ([{"question": "q", "context": None}], "row 1: field 'context' is null"),
+        ([("q", 5)], "row 1: field 'context' holds a number (5), not a text"),
+        (["q", "c", "q2", True], "row 4: the input holds true/false"),
+        (["ok", "a\ud800"], "row 2: the input holds a lone surrogate (\\ud800) at character 1"),
         ([{"question": "q"}], "no 'context' field; fields: question"),
         (["a", "b", "c"], "3 text(s) given; each input is 2 texts"),
         (["x\ty", "no tab"], "row 2: expected 2 fields (question, context) separated by a TAB"),
         ([{"question": {"a": 1}, "context": "c"}], "field 'question' holds an object"),
-        ([3.5], "cannot read an input of type float"),
+        ([3.5], "row 1: the input holds a number (3.5), not a text"),
     ):
         with pytest.raises(DataError) as info:
             input_fields(bad, fields)
         assert message in str(info.value)
+
+
+def test_infer_turns_no_value_into_a_text(cls_run, cli, tmp_path):
+    """A jsonl row whose text is null, a number or a lone surrogate is an error naming the file's
+    row and the field, not the text "None", "5" or a tokenizer's TypeError."""
+    src = tmp_path / "in.jsonl"
+    for row, message in (
+        ('{"text": null}', "field 'text' is null"),
+        ('{"text": 5}', "field 'text' holds a number (5), not a text"),
+        ('{"text": "\\ud800"}', "field 'text' holds a lone surrogate"),
+    ):
+        src.write_text('{"text": "好"}\n' + row + "\n", encoding="utf-8")
+        code, out, err = cli("infer", "--model", cls_run, "--file", src)
+        assert code == 2 and f"{src}:2: {message}" in err, err
 
 
 def test_a_task_format_streams_chunk_by_chunk(tmp_path, cli):

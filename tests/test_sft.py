@@ -450,13 +450,16 @@ def test_infer_names_inputs_that_are_not_prompts(memorized, cli, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"instruction": "湖畔酒店几点可以入住？"}\n{"instruction": ["a", "b"]}\n', encoding="utf-8")
     code, out, err = cli("infer", "--model", memorized, "--file", src)
-    assert code == 2 and f"{src}:2: 'instruction' must be text, got a list" in err, err
+    assert code == 2 and f"{src}:2: field 'instruction' holds a list" in err, err
     src.write_text('{"instruction": null}\n', encoding="utf-8")
     code, out, err = cli("infer", "--model", memorized, "--file", src)
-    assert code == 2 and f"{src}:1: empty 'instruction'" in err, err
+    assert code == 2 and f"{src}:1: field 'instruction' is null" in err, err
+    src.write_text('{"instruction": 5}\n', encoding="utf-8")
+    code, out, err = cli("infer", "--model", memorized, "--file", src)
+    assert code == 2 and f"{src}:1: field 'instruction' holds a number" in err, err
     src.write_text('{"messages": [{"role": "user", "content": {"text": "hi"}}]}\n', encoding="utf-8")
     code, out, err = cli("infer", "--model", memorized, "--file", src)
-    assert code == 2 and "'content' must be text, got an object" in err and "{'text'" not in out, err
+    assert code == 2 and "field 'messages[0].content' holds an object" in err and "{'text'" not in out, err
 
 
 def test_infer_reads_chat_rows(memorized, cli, tmp_path):

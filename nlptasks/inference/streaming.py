@@ -219,7 +219,9 @@ def predict_chunk(
     except DataError as exc:
         if exc.row is None or exc.path is not None:
             raise
-        raise DataError(exc.message.split(": ", 1)[-1], path=source, row=done + exc.row, hint=exc.hint) from None
+        raise DataError(
+            exc.message.split(": ", 1)[-1], path=source, row=done + exc.row, hint=exc.hint, field=exc.field
+        ) from None
     if not isinstance(results, list) or (len(results) != len(chunk) and not _fields_of_lines(chunk, results)):
         count = len(results) if isinstance(results, list) else type(results).__name__
         raise NlptasksError(

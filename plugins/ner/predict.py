@@ -13,7 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from nlptasks.plugin import DataError, LoadOptions, NlptasksError, input_texts, load_run, predict_per_token
+from nlptasks.plugin import (
+    DataError,
+    LoadOptions,
+    NlptasksError,
+    input_texts,
+    input_words,
+    load_run,
+    predict_per_token,
+)
 
 from .align import encode, merge
 from .data import iter_conll, iter_conll_lines, write_conll
@@ -55,8 +63,8 @@ class NerPredictor:
     def _words(self, item: Any, index: int) -> tuple[str, list[str], list[tuple[int, int]], bool]:
         """``(text, words, character spans of the words, given as tokens?)``."""
         if isinstance(item, dict):
-            if isinstance(item.get("tokens"), list):
-                words = [str(w) for w in item["tokens"]]
+            if "tokens" in item:
+                words = input_words(item["tokens"], "tokens", index)
                 sep = "" if self.word_split == "char" else " "
                 spans, pos = [], 0
                 for w in words:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlptasks.plugin import DataError, LoadOptions, load_run
+from nlptasks.plugin import DataError, LoadOptions, input_text, load_run
 
 from .generate import ChatMixin
 
@@ -49,7 +49,7 @@ class SftPredictor(ChatMixin):
 
         opts = self.options
         if isinstance(item, str):
-            row, shape = {opts.instruction_column: item}, "alpaca"
+            row, shape = {opts.instruction_column: input_text(item, None, index)}, "alpaca"
         elif isinstance(item, dict):
             row = item
             try:
@@ -63,12 +63,29 @@ class SftPredictor(ChatMixin):
                     ) from None
         else:
             raise DataError(f"cannot read input of type {type(item).__name__}", row=index + 1)
+        self._check_texts(row, shape, index)
         try:
             messages = to_messages(row, shape, opts, need_answer=False)
         except RowProblem as exc:
             raise DataError(str(exc), row=index + 1) from None
         prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
         return prompt, messages
+
+    def _check_texts(self, row: dict[str, Any], shape: str, index: int) -> None:
+        """The texts of an input are texts: a number, true/false or null where a text goes is
+        refused (:func:`nlptasks.plugin.input_text`), not written into the prompt as ``"5"``;
+        a missing or null ``input`` (alpaca's optional second field) is no text, as in training."""
+        opts = self.options
+        turns = row.get(opts.messages_column)
+        if shape == "chat" or (shape == "mixed" and turns is not None):
+            if isinstance(turns, list):
+                for j, turn in enumerate(turns):
+                    if isinstance(turn, dict) and "content" in turn:
+                        input_text(turn["content"], f"{opts.messages_column}[{j}].content", index)
+            return
+        input_text(row.get(opts.instruction_column), opts.instruction_column, index)
+        if row.get(opts.input_column) is not None:
+            input_text(row[opts.input_column], opts.input_column, index)
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
         from .generate import generate
