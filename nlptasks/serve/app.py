@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nlptasks.errors import DataError, NlptasksError, first_line
 from nlptasks.serve.batching import Batcher
 from nlptasks.serve.errors import ApiError, error_response, validation_problem
-from nlptasks.serve.guards import ApiKeyMiddleware, BodyLimitMiddleware
+from nlptasks.serve.guards import ApiKeyMiddleware, BodyGuardMiddleware
 from nlptasks.serve.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from nlptasks.serve.state import ServedModel, ServerState
 
@@ -91,6 +91,7 @@ def create_app(state: ServerState) -> Any:
             (400, "the request cannot be served as sent (the message names the field)"),
             (401, "missing or wrong API key"),
             (404, "no model of that name is served"),
+            (408, "the body did not arrive in time (--body-timeout)"),
             (413, "the body is too large"),
             (503, "the queue is full: try again after Retry-After seconds"),
             (504, "no answer within the timeout"),
@@ -163,7 +164,9 @@ def create_app(state: ServerState) -> Any:
     openai.add_routes(app, state)
     page.add_routes(app, state)
 
-    app.add_middleware(BodyLimitMiddleware, limit=state.settings.max_body_bytes)
+    app.add_middleware(
+        BodyGuardMiddleware, limit=state.settings.max_body_bytes, read_timeout=state.settings.body_timeout_s
+    )
     if state.settings.api_key:
         app.add_middleware(ApiKeyMiddleware, api_key=state.settings.api_key)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, models=state.models)
@@ -221,6 +224,8 @@ def _input_error(exc: DataError) -> ApiError:
     field = "inputs"
     if exc.row is not None and not exc.path:
         field = f"inputs[{exc.row - 1}]"
+        if exc.field:
+            field += exc.field if exc.field.startswith("[") else f".{exc.field}"
         message = f"{field}: {message.removeprefix(f'row {exc.row}: ')}"
     else:
         message = f"inputs: {message}"

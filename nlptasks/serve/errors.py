@@ -27,6 +27,7 @@ KINDS = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     413: "request_too_large",
     499: "client_closed_request",
     500: "server_error",

@@ -1,18 +1,20 @@
-"""What every request passes before a route sees it: the API key and the body size limit.
+"""What every request passes before a route sees it: the API key, then its body (size, time, JSON).
 
 Both are plain ASGI middleware, so they cover every route, those added by other modules too, and
-answer in the server's error shape (:mod:`nlptasks.serve.errors`) before the body is parsed.
+answer in the server's error shape (:mod:`nlptasks.serve.errors`) before a route parses the body.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Iterable
 from typing import Any
 
-from nlptasks.serve.errors import error_body
+from nlptasks.serve.body import is_json_type, read_json
+from nlptasks.serve.errors import ApiError, error_body
 
-__all__ = ["PUBLIC_PATHS", "PUBLIC_PREFIXES", "ApiKeyMiddleware", "BodyLimitMiddleware", "bearer_token"]
+__all__ = ["PUBLIC_PATHS", "PUBLIC_PREFIXES", "ApiKeyMiddleware", "BodyGuardMiddleware", "bearer_token"]
 
 PUBLIC_PATHS = frozenset({"/health", "/", "/docs", "/docs/oauth2-redirect", "/openapi.json", "/favicon.ico"})
 """Paths open without the API key: health, the page's HTML, the OpenAPI page and its schema.  They
@@ -75,29 +77,43 @@ class ApiKeyMiddleware:
         return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
 
 
-class BodyLimitMiddleware:
-    """A request body over ``limit`` bytes gets 413 before any route reads it.
+class BodyGuardMiddleware:
+    """A request's body, read whole and checked before any route reads it.
 
-    A declared ``Content-Length`` over the limit is refused at once; otherwise the body is read
-    (at most ``limit + 1`` bytes) and handed on to the route from memory.
+    * over ``limit`` bytes: 413 (a declared ``Content-Length`` over the limit at once, before
+      reading);
+    * no byte for ``read_timeout`` seconds while the body is incomplete (a ``Content-Length``
+      larger than what the client sends, a chunked body cut off): 408, and the connection closes;
+    * the client leaves mid-body: no answer (nobody to read it; ``/metrics`` counts a 499);
+    * a non-empty body that is not JSON, not UTF-8, nested too deep, or holds a lone surrogate:
+      400 naming what and where (:func:`nlptasks.serve.body.read_json`).  A body that parses as
+      JSON is JSON whatever its ``Content-Type``: it is handed on as ``application/json``.
+
+    The checked body is handed on to the route from memory.
     """
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: Any, limit: int, read_timeout: float = 10.0) -> None:
         self.app = app
         self.limit = limit
+        self.read_timeout = read_timeout
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        declared = next((v for k, v in scope.get("headers") or () if k.lower() == b"content-length"), None)
+        headers = scope.get("headers") or ()
+        declared = next((v for k, v in headers if k.lower() == b"content-length"), None)
         if declared is not None and declared.strip().isdigit() and int(declared) > self.limit:
             await self._refuse(send, int(declared))
             return
         chunks: list[bytes] = []
         size = 0
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout)
+            except asyncio.TimeoutError:
+                await self._stalled(send, size, declared)
+                return
             if message["type"] != "http.request":  # the client left before sending the body
                 return
             chunk = message.get("body", b"")
@@ -109,6 +125,16 @@ class BodyLimitMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
+        if body.strip():
+            content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"").decode("latin-1")
+            try:
+                read_json(body, content_type)
+            except ApiError as exc:
+                await _send_error(send, exc.status, exc.message, exc.field)
+                return
+            if not content_type or not is_json_type(content_type):  # JSON sent untyped, as text or a form
+                kept = [(k, v) for k, v in headers if k.lower() != b"content-type"]
+                scope = {**scope, "headers": [*kept, (b"content-type", b"application/json")]}
         sent = False
 
         async def replay() -> dict[str, Any]:
@@ -127,6 +153,17 @@ class BodyLimitMiddleware:
             413,
             f"request body too large: {got} bytes, the limit is {self.limit:,} "
             "(--max-body-bytes); send fewer or shorter inputs per request",
+            "body",
+            {"Connection": "close"},
+        )
+
+    async def _stalled(self, send: Any, size: int, declared: bytes | None) -> None:
+        of = f" of the {int(declared):,} its Content-Length declares" if declared and declared.isdigit() else ""
+        await _send_error(
+            send,
+            408,
+            f"request body: {size:,} bytes arrived{of}, then nothing for {self.read_timeout:g} s "
+            "(--body-timeout); send the whole body, with a Content-Length that matches it",
             "body",
             {"Connection": "close"},
         )

@@ -4,7 +4,9 @@ No client library: the format is a few lines per metric (``# HELP``, ``# TYPE``,
 ``name{label="value"} number``).  What is counted:
 
 ``nlptasks_requests_total{model, endpoint, status}``  counter: answered requests (``endpoint`` is
-    the route's template, e.g. ``/v1/predict/{name}``; ``model`` is empty for routes of no model);
+    the route's template, e.g. ``/v1/predict/{name}``, or ``other`` for a request refused before
+    routing: a body that is too large, late or not JSON; ``model`` is empty for routes of no
+    model); ``status`` 499 counts clients that left before their answer, not server errors;
 ``nlptasks_request_duration_seconds{model, endpoint, quantile}``  summary: latency p50/p90/p99
     over the last :data:`WINDOW` requests of each route and model, with ``_sum`` and ``_count``
     over all;
@@ -27,13 +29,25 @@ import time
 from collections import defaultdict, deque
 from typing import Any
 
-__all__ = ["BATCH_BUCKETS", "CONTENT_TYPE", "QUANTILES", "WINDOW", "Metrics", "MetricsMiddleware", "quantile"]
+__all__ = [
+    "BATCH_BUCKETS",
+    "CLIENT_GONE",
+    "CONTENT_TYPE",
+    "QUANTILES",
+    "WINDOW",
+    "Metrics",
+    "MetricsMiddleware",
+    "quantile",
+]
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 QUANTILES = (0.5, 0.9, 0.99)
 WINDOW = 4096
 """Latencies kept per route and model for the quantiles (the most recent ones)."""
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CLIENT_GONE = 499
+"""The status counted for a request whose client left before its answer (nginx's 499): a client
+that disconnects mid-body or mid-wait is no server error."""
 
 
 class Metrics:
@@ -164,7 +178,14 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = [500]
+        status = [0]
+        gone = [False]
+
+        async def receiving() -> dict[str, Any]:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                gone[0] = True
+            return message
 
         async def sending(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -172,8 +193,10 @@ class MetricsMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receiving, sending)
         finally:
+            if not status[0]:  # no answer: the client left first (499, as nginx logs it), else a failure
+                status[0] = CLIENT_GONE if gone[0] else 500
             route = scope.get("route")
             endpoint = getattr(route, "path", None) or "other"
             name = (scope.get("path_params") or {}).get("name") or (scope.get("state") or {}).get("model") or ""

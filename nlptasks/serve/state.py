@@ -27,6 +27,7 @@ class ServeSettings:
     max_body_bytes: int = 1_000_000
     max_inputs: int = 256
     timeout_s: float = 60.0
+    body_timeout_s: float = 10.0
     api_key: str | None = None
 
 
