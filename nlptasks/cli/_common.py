@@ -1,18 +1,26 @@
-"""What several commands share: the RECIPE and ``--set`` arguments, notes, display helpers."""
+"""What several commands share: the RECIPE and ``--set`` arguments, notes, display helpers, and
+the argparse types every numeric option is read with (:func:`int_in`, :func:`finite_float`):
+a value out of range, or not finite, is refused as argparse refuses a wrong type, naming the
+flag and the allowed values, before any work starts."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "add_load_arguments",
     "add_recipe_arguments",
-    "check_positive",
     "display",
+    "finite_float",
+    "int_in",
+    "non_negative_int",
+    "positive_int",
     "load_options",
     "print_notes",
     "task_of",
@@ -68,7 +76,7 @@ def add_load_arguments(p: Any, *flags: str) -> None:
     if "threads" in flags:
         p.add_argument(
             "--threads",
-            type=int,
+            type=positive_int,
             metavar="N",
             help="intra-op threads of a backend with its own thread pool (ONNX Runtime; default: "
             "$NLPTASKS_ONNX_THREADS, else torch's thread count)",
@@ -117,9 +125,50 @@ def task_of(run_dir: Path) -> str:
         return "?"
 
 
-def check_positive(flag: str, value: int | None, least: int = 1) -> None:
-    """``--flag N`` must be at least ``least``."""
-    if value is not None and value < least:
-        from nlptasks.errors import NlptasksError
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number from ``low`` to ``high`` (no upper bound: ``None``)."""
+    allowed = f"at least {low}" if high is None else f"from {low} to {high}"
 
-        raise NlptasksError(f"{flag} must be at least {least}")
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number {allowed} (got {text!r})") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {allowed} (got {value})")
+        return value
+
+    return parse
+
+
+positive_int = int_in(1)
+"""An argparse ``type``: a whole number, 1 or more."""
+non_negative_int = int_in(0)
+"""An argparse ``type``: a whole number, 0 or more."""
+
+
+def finite_float(
+    low: float | None = None, high: float | None = None, above: float | None = None
+) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number (never ``nan`` or ``inf``) from ``low`` to ``high``
+    (each bound included; ``None``: none), and more than ``above`` (excluded) when given."""
+    bounds = [f"at least {low:g}"] if low is not None else []
+    bounds += [f"more than {above:g}"] if above is not None else []
+    bounds += [f"at most {high:g}"] if high is not None else []
+    allowed = "a finite number" + (f" {' and '.join(bounds)}" if bounds else "")
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {allowed} (got {text!r})") from None
+        if (
+            not math.isfinite(value)
+            or (low is not None and value < low)
+            or (high is not None and value > high)
+            or (above is not None and value <= above)
+        ):
+            raise argparse.ArgumentTypeError(f"must be {allowed} (got {text})")
+        return value
+
+    return parse

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from nlptasks.cli._common import add_recipe_arguments
+from nlptasks.cli._common import add_recipe_arguments, finite_float, positive_int
 from nlptasks.cli.plan import ladder_plan, measure_label, measure_rungs
 
 __all__ = ["cmd", "register"]
@@ -30,18 +30,17 @@ def register(sub: Any) -> None:
         "peak RSS), seconds per step and samples per second. See docs/plan.md.",
     )
     add_recipe_arguments(b)
-    b.add_argument("--steps", type=int, default=10, metavar="N", help="optimizer steps per rung (default: 10)")
+    b.add_argument("--steps", type=positive_int, default=10, metavar="N", help="optimizer steps per rung (default: 10)")
     b.add_argument("--rungs", metavar="NAMES", help="only these rungs, comma-separated (e.g. baseline,accumulation)")
-    b.add_argument("--timeout", type=float, default=600.0, metavar="S", help="seconds per rung (default: 600)")
+    b.add_argument(
+        "--timeout", type=finite_float(above=0), default=600.0, metavar="S", help="seconds per rung (default: 600)"
+    )
     b.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
     b.set_defaults(func=cmd)
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from nlptasks.errors import NlptasksError
 
-    if args.steps < 1:
-        raise NlptasksError("--steps must be at least 1")
     plan = ladder_plan(args, None)
     measured = measure_rungs(args, plan, args.steps, args.timeout)
     from nlptasks.plan import human, table

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import display
+from nlptasks.cli._common import display, finite_float, int_in, non_negative_int
 
 __all__ = ["cmd", "register"]
 
@@ -49,17 +49,19 @@ def register(sub: Any) -> None:
         help="with --quantize int8: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
         "else QUInt8 (QInt8 saturates without VNNI). Choose for the machine that will serve it",
     )
-    p.add_argument("--opset", type=int, default=17, metavar="N", help="with --onnx: ONNX opset, 14 to 20 (default: 17)")
+    p.add_argument(
+        "--opset", type=int_in(14, 20), default=17, metavar="N", help="with --onnx: ONNX opset, 14 to 20 (default: 17)"
+    )
     p.add_argument(
         "--check-rows",
-        type=int,
+        type=non_negative_int,
         default=2000,
         metavar="N",
         help="with --onnx: rows of the run's test file to compare torch and ONNX on (default: 2000; 0: none)",
     )
     p.add_argument(
         "--max-drop",
-        type=float,
+        type=finite_float(0, 100),
         default=1.0,
         metavar="POINTS",
         help="with --onnx: warn when an accuracy on the test file drops by more than this (default: 1.0)",

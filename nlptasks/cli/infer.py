@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import add_load_arguments, check_positive, load_options, task_of
+from nlptasks.cli._common import (
+    add_load_arguments,
+    finite_float,
+    int_in,
+    load_options,
+    positive_int,
+    task_of,
+)
 
 __all__ = ["cmd", "register"]
 
@@ -38,10 +45,10 @@ def register(sub: Any) -> None:
         help="write the results to FILE instead of stdout (FILE.csv: --format csv)",
     )
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are (default: ./runs)")
-    p.add_argument("--batch-size", type=int, default=32, help="inputs per forward pass (default: 32)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="inputs per forward pass (default: 32)")
     p.add_argument(
         "--max-length",
-        type=int,
+        type=int_in(8),
         metavar="N",
         help="longest input in tokens (default: the run's model.max_length; tasks that window long "
         "inputs, e.g. ner, use it as the window)",
@@ -57,7 +64,7 @@ def register(sub: Any) -> None:
     add_load_arguments(p, "precision", "backend", "device", "threads")
     p.add_argument(
         "--chunk-rows",
-        type=int,
+        type=positive_int,
         default=2048,
         metavar="N",
         help="inputs read, predicted and written at a time when streaming a file (default: 2048)",
@@ -75,12 +82,21 @@ def register(sub: Any) -> None:
         help="rank the lines (.txt) or rows (.csv, .jsonl) of FILE for each input, for tasks "
         "whose predictor can rank (pair in bi-encoder mode)",
     )
-    p.add_argument("--top-k", type=int, default=5, metavar="K", help="with --candidates: best K per input (default: 5)")
+    p.add_argument(
+        "--top-k", type=positive_int, default=5, metavar="K", help="with --candidates: best K per input (default: 5)"
+    )
     add_load_arguments(p, "adapter", "base_only")
     g = p.add_argument_group("generation (tasks that generate text, e.g. sft)")
-    g.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer in tokens (default: 128)")
-    g.add_argument("--temperature", type=float, metavar="T", help="sample with this temperature (default: 0, greedy)")
-    g.add_argument("--top-p", type=float, metavar="P", help="with --temperature: nucleus sampling mass (default: 1.0)")
+    g.add_argument("--max-new-tokens", type=positive_int, metavar="N", help="longest answer in tokens (default: 128)")
+    g.add_argument(
+        "--temperature", type=finite_float(0), metavar="T", help="sample with this temperature (default: 0, greedy)"
+    )
+    g.add_argument(
+        "--top-p",
+        type=finite_float(high=1, above=0),
+        metavar="P",
+        help="with --temperature: nucleus sampling mass (default: 1.0)",
+    )
     p.set_defaults(func=cmd)
 
 
@@ -91,12 +107,6 @@ def cmd(args: argparse.Namespace) -> int:
         raise NlptasksError("give texts as arguments or --file, not both")
     if args.file is not None and not args.file.exists():
         raise DataError("file not found", path=str(args.file))
-    for flag, value, least in (
-        ("--batch-size", args.batch_size, 1),
-        ("--chunk-rows", args.chunk_rows, 1),
-        ("--max-length", args.max_length, 8),
-    ):
-        check_positive(flag, value, least)
     if not args.texts and args.file is None and sys.stdin.isatty():
         raise NlptasksError(
             "nothing to predict: give texts, --file FILE, or pipe lines on stdin",

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from nlptasks.cli._common import add_recipe_arguments, print_notes
+from nlptasks.cli._common import add_recipe_arguments, positive_int, print_notes
 
 __all__ = ["cmd", "register"]
 
@@ -21,16 +21,13 @@ def register(sub: Any) -> None:
     )
     add_recipe_arguments(p)
     p.add_argument("--split", default="train", help="which split to show (default: train)")
-    p.add_argument("--rows", type=int, default=3, help="how many examples to show (default: 3)")
+    p.add_argument("--rows", type=positive_int, default=3, help="how many examples to show (default: 3)")
     p.set_defaults(func=cmd)
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from nlptasks.errors import NlptasksError
     from nlptasks.pipeline import load_recipe
 
-    if args.rows < 1:
-        raise NlptasksError("--rows must be at least 1")
     loaded = load_recipe(args.recipe, args.overrides)
     print_notes(loaded)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

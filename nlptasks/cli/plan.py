@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from nlptasks.cli._common import add_recipe_arguments
+from nlptasks.cli._common import add_recipe_arguments, positive_int
 
 __all__ = ["cmd", "ladder_plan", "measure_label", "measure_rungs", "register"]
 
@@ -46,11 +46,13 @@ def register(sub: Any) -> None:
         help="also run a few real training steps per rung (each in a fresh process) and print the "
         "measured peak beside the estimate: CUDA max allocated, or on CPU the peak RSS",
     )
-    p.add_argument("--steps", type=int, default=3, metavar="N", help="with --probe: steps per rung (default: 3)")
+    p.add_argument(
+        "--steps", type=positive_int, default=3, metavar="N", help="with --probe: steps per rung (default: 3)"
+    )
     p.add_argument("--rungs", metavar="NAMES", help="only these rungs, comma-separated (e.g. baseline,lora)")
     p.add_argument(
         "--nproc",
-        type=int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="processes the run will use: with train.extra.fsdp the estimate is per rank, weights, "
@@ -97,8 +99,6 @@ def measure_label(measured: dict[str, dict[str, Any]]) -> str:
 def cmd(args: argparse.Namespace) -> int:
     from nlptasks.errors import NlptasksError
 
-    if args.steps < 1:
-        raise NlptasksError("--steps must be at least 1")
     budget = None
     if args.gpu_mem:
         from nlptasks.plan import parse_size

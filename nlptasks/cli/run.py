@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from nlptasks.cli._common import display, print_notes
+from nlptasks.cli._common import display, non_negative_int, positive_int, print_notes
 
 __all__ = ["cmd", "format_metrics", "register"]
 
@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument(
         "--nproc",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="train on N processes (one per GPU, or CPU processes with gloo): starts "
         "`python -m torch.distributed.run --standalone --nproc_per_node N -m nlptasks run ...` "
@@ -38,11 +38,11 @@ def register(sub: Any) -> None:
         "torchrun's rendezvous: run the same command on every machine, with "
         "--nproc (docs/optimize.md#several-machines)",
     )
-    g.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines taking part (default: 1)")
+    g.add_argument("--nnodes", type=positive_int, default=1, metavar="M", help="machines taking part (default: 1)")
     g.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="an address every machine reaches (the rendezvous)")
     g.add_argument(
         "--node-rank",
-        type=int,
+        type=non_negative_int,
         metavar="R",
         help="this machine's rank, 0 to M-1, for a static rendezvous (machine 0 is at --rdzv-endpoint "
         "and writes the run); without it torchrun's c10d rendezvous ranks machines as they arrive",

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlptasks.cli._common import add_load_arguments, check_positive, display, load_options
+from nlptasks.cli._common import add_load_arguments, display, finite_float, int_in, load_options, positive_int
 
 __all__ = ["cmd", "register"]
 
@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
         default="127.0.0.1",
         help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every interface)",
     )
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--port", type=int_in(0, 65535), default=8000, help="port (default: 8000)")
     p.add_argument(
         "--api-key",
         default=os.environ.get(API_KEY_ENV) or None,
@@ -54,40 +54,50 @@ def register(sub: Any) -> None:
     g = p.add_argument_group("batching and limits")
     g.add_argument(
         "--max-batch-size",
-        type=int,
+        type=positive_int,
         default=32,
         metavar="N",
         help="most inputs per forward pass when requests are batched together (default: 32)",
     )
     g.add_argument(
         "--max-wait-ms",
-        type=float,
+        type=finite_float(0),
         default=5.0,
         metavar="MS",
         help="how long a batch waits for more requests after its first (default: 5)",
     )
     g.add_argument(
         "--max-queue",
-        type=int,
+        type=positive_int,
         default=256,
         metavar="N",
         help="most inputs waiting per model; beyond, requests get 503 with Retry-After (default: 256)",
     )
-    g.add_argument("--max-inputs", type=int, default=256, metavar="N", help="most inputs in one request (default: 256)")
+    g.add_argument(
+        "--max-inputs", type=positive_int, default=256, metavar="N", help="most inputs in one request (default: 256)"
+    )
     g.add_argument(
         "--max-body-bytes",
-        type=int,
+        type=positive_int,
         default=1_000_000,
         metavar="N",
         help="largest request body; beyond, 413 (default: 1000000)",
     )
     g.add_argument(
         "--timeout",
-        type=float,
+        type=finite_float(above=0),
         default=60.0,
         metavar="S",
         help="seconds a request may wait for its answer before 504; also the grace period for requests "
         "in flight when the server stops (default: 60)",
+    )
+    g.add_argument(
+        "--body-timeout",
+        type=finite_float(above=0),
+        default=10.0,
+        metavar="S",
+        help="seconds a request body may pause before it is complete; beyond, 408 and the connection "
+        "closes (a Content-Length larger than the body, a chunked body cut off) (default: 10)",
     )
     m = p.add_argument_group("models")
     add_load_arguments(m, "precision", "backend", "device", "threads", "adapter")
@@ -105,17 +115,6 @@ def cmd(args: argparse.Namespace) -> int:
         raise NlptasksError(
             f"nlptasks serve needs FastAPI and uvicorn ({exc})", hint='Install them: pip install "nlptasks[serve]"'
         ) from None
-    for flag, value in (
-        ("--max-batch-size", args.max_batch_size),
-        ("--max-queue", args.max_queue),
-        ("--max-inputs", args.max_inputs),
-        ("--max-body-bytes", args.max_body_bytes),
-    ):
-        check_positive(flag, value)
-    if not 0 <= args.port <= 65535:
-        raise NlptasksError(f"--port {args.port}: must be from 0 to 65535")
-    if args.max_wait_ms < 0 or args.timeout <= 0:
-        raise NlptasksError("--max-wait-ms must be 0 or more and --timeout more than 0")
 
     from transformers.utils import logging as hf_logging
 
@@ -132,6 +131,7 @@ def cmd(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         max_inputs=args.max_inputs,
         timeout_s=args.timeout,
+        body_timeout_s=args.body_timeout,
         api_key=args.api_key,
     )
     state = ServerState(models=models, settings=settings)

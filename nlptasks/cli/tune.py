@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import Any
 
-from nlptasks.cli._common import add_recipe_arguments, check_positive, display
+from nlptasks.cli._common import add_recipe_arguments, display, finite_float, non_negative_int, positive_int
 
 __all__ = ["cmd", "register"]
 
@@ -26,12 +26,15 @@ def register(sub: Any) -> None:
     add_recipe_arguments(p)
     p.add_argument(
         "--trials",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="the study's total of finished trials (complete, pruned, failed); default tune.trials",
     )
     p.add_argument(
-        "--timeout", type=float, metavar="S", help="start no new trial after S seconds (default tune.timeout)"
+        "--timeout",
+        type=finite_float(above=0),
+        metavar="S",
+        help="start no new trial after S seconds (default tune.timeout)",
     )
     p.add_argument(
         "--storage",
@@ -41,22 +44,16 @@ def register(sub: Any) -> None:
     p.add_argument("--study", metavar="NAME", help="study name (default: the recipe file's name without .toml)")
     p.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="run K processes on the study (this one and K-1 more), each with cores/K threads",
     )
-    p.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--worker-index", type=non_negative_int, default=0, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd)
 
 
 def cmd(args: argparse.Namespace) -> int:
-    check_positive("--trials", args.trials)
-    check_positive("--workers", args.workers)
-    if args.timeout is not None and args.timeout <= 0:
-        from nlptasks.errors import NlptasksError
-
-        raise NlptasksError("--timeout must be more than 0 seconds")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from nlptasks.tune import tune
 
