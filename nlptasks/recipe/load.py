@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from nlptasks.errors import Problem, RecipeError, did_you_mean
 from nlptasks.recipe.rules import (
     QUANT_4BIT_KEYS,
+    column_problems,
     combination_problems,
     extra_problems,
     metric_problems,
@@ -265,6 +266,7 @@ def load_recipe(
         problems += combination_problems(recipe)
         if spec is not None and options is not None:
             problems += metric_problems(recipe, spec, options)
+            problems += column_problems(options)
             problems += tune_metric_problems(recipe, spec, options)
             if not problems and recipe.tune is not None:  # each searched key, as a trial would set it
                 problems += space_problems(recipe, _checker(path, raw, host))

@@ -24,6 +24,7 @@ __all__ = [
     "FREEZE_KEYS",
     "QUANT_4BIT_KEYS",
     "SCRATCH_EXTRA_SHADOWS",
+    "column_problems",
     "combination_problems",
     "extra_problems",
     "metric_problems",
@@ -141,6 +142,28 @@ def metric_problems(recipe: Recipe, spec: TaskSpec, options: BaseModel) -> list[
             f"{best!r} is not a metric of task {spec.name!r}; its metrics: {', '.join(spec.metrics_for(options))}",
         )
     ]
+
+
+def column_problems(options: BaseModel) -> list[Problem]:
+    """Two ``options.*_column`` keys naming one column (a task's options name the columns they
+    read ``<what>_column``): a text column that is the label column would train on the labels."""
+    taken: dict[str, str] = {}
+    problems = []
+    for name in type(options).model_fields:
+        value = getattr(options, name)
+        if not name.endswith("_column") or not isinstance(value, str) or not value:
+            continue
+        if value in taken:
+            problems.append(
+                Problem(
+                    f"options.{name}",
+                    f"names the column {value!r}, as options.{taken[value]} does; each column key names its "
+                    f"own column (set one of them to another: --set options.{name}=NAME)",
+                )
+            )
+        else:
+            taken[value] = name
+    return problems
 
 
 def optimize_problems(raw: dict[str, Any]) -> list[Problem]:

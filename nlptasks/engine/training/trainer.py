@@ -16,6 +16,7 @@ __all__ = [
     "build_trainer",
     "describe_log",
     "evaluate_split",
+    "eval_steps_warning",
     "guard_trainer",
     "make_training_arguments",
     "resolve_precision",
@@ -269,7 +270,9 @@ def guard_trainer(trainer: Any, ctx: RunContext) -> None:
       checkpoint of the broken weights, and ``trainer.train()`` then raises an error naming the
       step and the last good checkpoint (the run stays incomplete);
     - with ``ctx.resume_from`` set (``nlptasks run --resume``), ``trainer.train()`` continues
-      from that checkpoint: weights, optimizer, scheduler, RNG state and position in the data.
+      from that checkpoint: weights, optimizer, scheduler, RNG state and position in the data;
+    - a warning at the start when ``train.eval_steps`` is more than the run's optimizer steps (no
+      evaluation would happen during training: :func:`eval_steps_warning`).
     """
     import torch
     from transformers import TrainerCallback
@@ -300,6 +303,12 @@ def guard_trainer(trainer: Any, ctx: RunContext) -> None:
         def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
             return self._stop(control) if bad else control
 
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            warning = eval_steps_warning(args, state.max_steps)
+            if warning and state.is_world_process_zero:
+                ctx.log.warning("%s", warning)
+            return control
+
     trainer.training_step = training_step
     trainer.add_callback(Guard())
     original_train = trainer.train
@@ -313,6 +322,23 @@ def guard_trainer(trainer: Any, ctx: RunContext) -> None:
         return result
 
     trainer.train = train
+
+
+def eval_steps_warning(args: Any, max_steps: int) -> str | None:
+    """The warning for ``train.eval_steps`` beyond the run's ``max_steps`` optimizer steps, or
+    ``None``.  A warning, not a refusal: the steps come from the data (rows, batch, epochs), and a
+    quick try of a recipe on fewer rows (``--set data.max_train_rows=...``) is a run worth doing;
+    the final evaluation still happens."""
+    strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
+    every = args.eval_steps
+    if strategy != "steps" or not isinstance(every, int) or not max_steps or every <= max_steps:
+        return None
+    return (
+        f"train.eval_steps = {every} is more than the {max_steps} optimizer steps of this run (batch "
+        f"{args.per_device_train_batch_size} x {args.gradient_accumulation_steps}, {args.num_train_epochs:g} "
+        "epochs): no evaluation during training, only the final one; set train.eval_steps to at most "
+        f"{max_steps}, or train.eval_strategy = 'epoch'"
+    )
 
 
 def _diverged(ctx: RunContext, step: int, value: float, learning_rate: float) -> NlptasksError:
