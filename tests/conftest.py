@@ -36,7 +36,9 @@ def pytest_addoption(parser):
         "--slow", action="store_true", default=False, help="also run the slow real-data quality checks (marked slow)"
     )
     parser.addoption(
-        "--figures", action="store_true", default=False,
+        "--figures",
+        action="store_true",
+        default=False,
         help="also run the figures tier: every measured shipped recipe against recipes/figures.toml (marked figures)",
     )
 
@@ -49,7 +51,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    tiers = {"slow": "slow real-data check: run with --slow", "figures": "a shipped recipe's figure: run with --figures"}
+    tiers = {
+        "slow": "slow real-data check: run with --slow",
+        "figures": "a shipped recipe's figure: run with --figures",
+    }
     for marker, reason in tiers.items():
         if config.getoption(f"--{marker}"):
             continue

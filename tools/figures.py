@@ -107,8 +107,10 @@ class Figure:
         """How the docs quote it."""
         split, _, name = self.metric.partition(".")
         seeds = ", ".join(str(s) for s in self.values)
-        return (f"{split} {name.replace('_', ' ')} {self.mean:.3f} ± {self.sd:.3f} (mean ± sd over seeds {seeds}; "
-                f"{self.measured})")
+        return (
+            f"{split} {name.replace('_', ' ')} {self.mean:.3f} ± {self.sd:.3f} (mean ± sd over seeds {seeds}; "
+            f"{self.measured})"
+        )
 
 
 def load_table(path: Path = TABLE) -> dict[str, Figure]:
@@ -119,11 +121,17 @@ def load_table(path: Path = TABLE) -> dict[str, Figure]:
     table = {}
     for recipe, row in (raw.get("figure") or {}).items():
         values = {int(k): float(v) for k, v in (row.get("values") or {}).items()}
-        table[recipe] = Figure(recipe=recipe, metric=row.get("metric", ""), values=values,
-                               check_seed=int(row.get("check_seed", SEEDS[0])),
-                               greater_is_better=bool(row.get("greater_is_better", True)),
-                               seconds=float(row.get("seconds", 0.0)), measured=row.get("measured", ""),
-                               sets=list(row.get("sets") or []), skip=row.get("skip", ""))
+        table[recipe] = Figure(
+            recipe=recipe,
+            metric=row.get("metric", ""),
+            values=values,
+            check_seed=int(row.get("check_seed", SEEDS[0])),
+            greater_is_better=bool(row.get("greater_is_better", True)),
+            seconds=float(row.get("seconds", 0.0)),
+            measured=row.get("measured", ""),
+            sets=list(row.get("sets") or []),
+            skip=row.get("skip", ""),
+        )
     return table
 
 
@@ -173,7 +181,11 @@ def recipe_sets(recipe: str) -> list[str]:
 
 def why_not_here(recipe: str) -> str:
     """Why a recipe cannot run on this machine (its model or data are not here), or ``""``."""
+    if recipe.startswith("docs/plugin-tutorial/"):
+        return "a tutorial plugin's recipe (its task is not built in): the tutorial's own tests train it"
     raw = tomllib.loads((ROOT / recipe).read_text(encoding="utf-8"))
+    if recipe.startswith("recipes/bench/") and not _cuda():
+        return "a GPU benchmark (its header: on CPU a step takes minutes) and this machine has no CUDA GPU"
     model = raw.get("model") or {}
     name = model.get("name_or_path")
     if isinstance(name, str) and name not in LOCAL_MODELS and not (ROOT / recipe).parent.joinpath(name).exists():
@@ -188,10 +200,22 @@ def why_not_here(recipe: str) -> str:
     return ""
 
 
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def run_once(recipe: str, seed: int, sets: list[str], workdir: Path) -> tuple[dict[str, Any], dict[str, Any], float]:
     """Train ``recipe`` at ``seed`` in a fresh process pinned to one thread: ``(metrics, manifest, seconds)``."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
     argv = [sys.executable, "-m", "nlptasks", "run", str(ROOT / recipe), "--no-progress"]
     for s in [*sets, f"seed={seed}", f"output.dir={workdir}", f"output.run_name=seed{seed}"]:
         argv += ["--set", s]
@@ -205,6 +229,27 @@ def run_once(recipe: str, seed: int, sets: list[str], workdir: Path) -> tuple[di
     return metrics, manifest, time.perf_counter() - started
 
 
+def run_many(
+    jobs: list[tuple[str, int, list[str]]], workdir: Path, workers: int | None = None
+) -> dict[tuple[str, int], Any]:
+    """Run ``(recipe, seed, sets)`` jobs, as many at once as the machine has cores (each is pinned to
+    one thread, so its figure does not depend on what runs beside it): ``(recipe, seed)`` ->
+    ``(metrics, manifest, seconds)``, or the exception that job ended with."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(job: tuple[str, int, list[str]]) -> Any:
+        recipe, seed, sets = job
+        folder = workdir / f"{len(recipe)}-{abs(hash(recipe))}-{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            return run_once(recipe, seed, sets, folder)
+        except BaseException as error:  # noqa: BLE001 - reported per job
+            return error
+
+    with ThreadPoolExecutor(max_workers=workers or max(1, os.cpu_count() or 1)) as pool:
+        return dict(zip([(r, s) for r, s, _ in jobs], pool.map(one, jobs), strict=True))
+
+
 def main_metric(recipe: str) -> tuple[str, bool]:
     """``("test.<the task's best metric>", greater_is_better)`` of a recipe."""
     sys.path.insert(0, str(ROOT))
@@ -212,7 +257,11 @@ def main_metric(recipe: str) -> tuple[str, bool]:
 
     loaded = load_recipe(ROOT / recipe, recipe_sets(recipe))
     best = loaded.recipe.train.best_metric or loaded.task.best_metric_for(loaded.options)
-    greater = loaded.task.greater_is_better if best == loaded.task.best_metric_for(loaded.options) else not best.endswith("loss")
+    greater = (
+        loaded.task.greater_is_better
+        if best == loaded.task.best_metric_for(loaded.options)
+        else not best.endswith("loss")
+    )
     return f"test.{best}", greater
 
 
@@ -220,7 +269,7 @@ def value_of(metrics: dict[str, Any], metric: str) -> float:
     split, _, name = metric.partition(".")
     value = (metrics.get(split) or {}).get(name)
     if not isinstance(value, (int, float)) or math.isnan(value):
-        raise SystemExit(f"metrics.json has no {metric}: {sorted((metrics.get(split) or {}))}")
+        raise SystemExit(f"metrics.json has no {metric}: {sorted(metrics.get(split) or {})}")
     return float(value)
 
 
@@ -228,42 +277,65 @@ def machine() -> str:
     import torch
     import transformers
 
-    return (f"{dt.date.today().isoformat()}, {os.cpu_count()} cores, 1 thread, {platform.python_version()}, "
-            f"torch {torch.__version__}, transformers {transformers.__version__}")
+    return (
+        f"{dt.date.today().isoformat()}, {os.cpu_count()} cores, 1 thread, {platform.python_version()}, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}"
+    )
 
 
 def record(recipes: list[str], seeds: tuple[int, ...]) -> dict[str, Figure]:
+    """Train every recipe at every seed (all runs in one pool, one per core) and write the table."""
     table = load_table()
+    plans: dict[str, tuple[str, bool, list[str]]] = {}
     for recipe in recipes:
         reason = why_not_here(recipe)
         if reason:
             table[recipe] = Figure(recipe=recipe, skip=reason)
             print(f"{recipe}: not measured here: {reason}")
-            continue
-        metric, greater = main_metric(recipe)
-        sets = recipe_sets(recipe)
+        else:
+            plans[recipe] = (*main_metric(recipe), recipe_sets(recipe))
+    with tempfile.TemporaryDirectory(prefix="figures-") as tmp:
+        done = run_many([(r, seed, sets) for r, (_, _, sets) in plans.items() for seed in seeds], Path(tmp))
+    failed = []
+    for recipe, (metric, greater, sets) in plans.items():
         values, seconds = {}, []
-        with tempfile.TemporaryDirectory(prefix="figures-") as tmp:
-            for seed in seeds:
-                metrics, _, took = run_once(recipe, seed, sets, Path(tmp))
-                values[seed] = round(value_of(metrics, metric), 4)
-                seconds.append(took)
-                print(f"{recipe} seed {seed}: {metric} {values[seed]:.4f} ({took:.0f} s)", flush=True)
-        kept = [s.split("=", 1)[0] + "=<local MiniLM>" if s.startswith("model.name_or_path=") else s for s in sets]
-        table[recipe] = Figure(recipe=recipe, metric=metric, values=values, check_seed=seeds[0],
-                               greater_is_better=greater, seconds=statistics.fmean(seconds), measured=machine(), sets=kept)
-        f = table[recipe]
-        print(f"{recipe}: {metric} {f.mean:.4f} ± {f.sd:.4f}, tolerance {f.tolerance}")
+        for seed in seeds:
+            result = done[(recipe, seed)]
+            if isinstance(result, BaseException):
+                failed.append(f"{recipe} (seed {seed}): {result}")
+                break
+            metrics, _, took = result
+            values[seed] = round(value_of(metrics, metric), 4)
+            seconds.append(took)
+            print(f"{recipe} seed {seed}: {metric} {values[seed]:.4f} ({took:.0f} s)", flush=True)
+        else:
+            kept = [s.split("=", 1)[0] + "=<local MiniLM>" if s.startswith("model.name_or_path=") else s for s in sets]
+            table[recipe] = f = Figure(
+                recipe=recipe,
+                metric=metric,
+                values=values,
+                check_seed=seeds[0],
+                greater_is_better=greater,
+                seconds=statistics.fmean(seconds),
+                measured=machine(),
+                sets=kept,
+            )
+            print(f"{recipe}: {metric} {f.mean:.4f} ± {f.sd:.4f}, tolerance {f.tolerance}")
     for recipe in shipped():  # every shipped recipe is accounted for
         if recipe not in table:
             reason = why_not_here(recipe)
             if reason:
                 table[recipe] = Figure(recipe=recipe, skip=reason)
     write_table(table)
+    if failed:
+        raise SystemExit("not recorded (the table keeps their old rows):\n" + "\n".join(failed))
     measured = [r for r in recipes if not table[r].skip]
     if measured:
-        print("\nfor the commit message: re-measured " + ", ".join(measured)
-              + f" over seeds {', '.join(map(str, seeds))} (recipes/figures.toml)")
+        print(
+            "\nfor the commit message: re-measured "
+            + ", ".join(measured)
+            + f" over seeds {', '.join(map(str, seeds))} (recipes/figures.toml)"
+        )
     return table
 
 
@@ -273,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     rec = sub.add_parser("record", help="measure recipes over seeds and write recipes/figures.toml")
     rec.add_argument("recipes", nargs="*", help="recipe paths relative to the repository")
     rec.add_argument("--all", action="store_true", help="every shipped recipe")
-    rec.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated seeds (the first is the check seed)")
+    rec.add_argument(
+        "--seeds", default=",".join(map(str, SEEDS)), help="comma-separated seeds (the first is the check seed)"
+    )
     sub.add_parser("show", help="print the table")
     chk = sub.add_parser("check", help="train a recipe once at its check seed and compare")
     chk.add_argument("recipe")
@@ -289,9 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     table = load_table()
     if args.command == "show":
         for recipe, f in sorted(table.items()):
-            print(f"{recipe}: " + (f"not measured: {f.skip}" if f.skip else
-                                   f"{f.metric} {f.mean:.4f} ± {f.sd:.4f} (tolerance {f.tolerance}, check seed "
-                                   f"{f.check_seed}: {f.check_value:.4f}, {f.seconds:.0f} s)"))
+            print(
+                f"{recipe}: "
+                + (
+                    f"not measured: {f.skip}"
+                    if f.skip
+                    else f"{f.metric} {f.mean:.4f} ± {f.sd:.4f} (tolerance {f.tolerance}, check seed "
+                    f"{f.check_seed}: {f.check_value:.4f}, {f.seconds:.0f} s)"
+                )
+            )
         return 0
     f = table.get(args.recipe)
     if f is None or f.skip:

@@ -798,7 +798,11 @@ def recipe_header(recipe: str) -> str:
     path = ROOT / recipe
     text = path.read_text(encoding="utf-8")
     f = _figures().get(recipe)
-    lines = [line for line in text.split("\n") if not line.startswith(MEASURED) and not line.startswith("#" + " " * 17 + "[recipes/figures.toml")]
+    lines = [
+        line
+        for line in text.split("\n")
+        if not line.startswith(MEASURED) and not line.startswith("#" + " " * 17 + "[recipes/figures.toml")
+    ]
     if f is None or f.skip:
         return "\n".join(lines)
     quoted = textwrap.wrap(f.sentence() + " [recipes/figures.toml]", 100 - len(MEASURED))
