@@ -111,7 +111,7 @@ class RunInfo:
 def start(script: str, args: list[str] | None = None) -> RunInfo:
     """Record the command (``script`` with ``args``, default ``sys.argv[1:]``), the time and the load
     average; call it before the benchmark's work."""
-    return RunInfo(command_line(script, args), _dt.datetime.now(_dt.timezone.utc), os.getloadavg()[0])
+    return RunInfo(command_line(script, args), _dt.datetime.now(_dt.UTC), os.getloadavg()[0])
 
 
 def block_name(script: str, suffix: str | None = None) -> str:

@@ -35,6 +35,12 @@ def pytest_addoption(parser):
     parser.addoption(
         "--slow", action="store_true", default=False, help="also run the slow real-data quality checks (marked slow)"
     )
+    parser.addoption(
+        "--figures",
+        action="store_true",
+        default=False,
+        help="also run the figures tier: every measured shipped recipe against recipes/figures.toml (marked figures)",
+    )
 
 
 def pytest_configure(config):
@@ -45,12 +51,16 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--slow"):
-        return
-    skip = pytest.mark.skip(reason="slow real-data check: run with --slow")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    tiers = {
+        "slow": "slow real-data check: run with --slow",
+        "figures": "a shipped recipe's figure: run with --figures",
+    }
+    for marker, reason in tiers.items():
+        if config.getoption(f"--{marker}"):
+            continue
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 # A model small enough that a run takes seconds.

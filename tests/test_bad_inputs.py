@@ -14,10 +14,10 @@ doctor), one ``error:`` line naming the key path or the file and line, and no tr
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 HERE = Path(__file__).resolve().parent / "bad_inputs"
 RECIPES = sorted((HERE / "recipes").glob("*.toml"))

@@ -504,6 +504,56 @@ def test_length_grouped_batches_come_in_random_order_with_transformers_padding(t
     assert list(sampler) != ours
 
 
+def test_length_grouped_batches_keep_the_class_mix(tmp_path):
+    """Where length goes with the class (LCQMC: the pairs under 18 characters are all negatives;
+    ChnSentiCorp: positive reviews are shorter), transformers' length-grouped batches come out of
+    one class.  For a task with one class per row the engine's batches hold every class in the
+    proportion of the data, still of similar lengths within each class; without classes they are
+    transformers' own (the test above)."""
+    import random
+
+    from datasets import Dataset
+
+    from nlptasks.engine.training.ordering import example_classes
+
+    probe, _, _ = train(tmp_path, "train.group_by_length=true", "train.max_steps=1")
+    sampler = probe.trainer._get_train_sampler()
+    assert sampler.classes == list(probe.trainer.train_dataset["labels"])  # cls: the class of each row
+
+    rng = random.Random(0)
+    classes = [int(rng.random() < 0.4) for _ in range(1000)]  # 40% of class 1, which is the longer one
+    lengths = [rng.randint(30, 120) if c else rng.randint(5, 45) for c in classes]
+    grouped = type(sampler)(16, lengths=lengths)  # the sampler without classes: transformers' batches
+    balanced = type(sampler)(16, lengths=lengths, classes=classes)
+
+    def batches(order):
+        return [order[i : i + 16] for i in range(0, len(order), 16)]
+
+    def width_sum(order):
+        return sum(max(lengths[i] for i in b) * len(b) for b in batches(order))
+
+    def class_1(order):  # class-1 members of each full batch
+        return [sum(classes[i] for i in b) for b in batches(order) if len(b) == 16]
+
+    for epoch in range(3):
+        grouped.set_epoch(epoch)
+        balanced.set_epoch(epoch)
+        ours = list(balanced)
+        assert sorted(ours) == list(range(1000))
+        assert sum(n in (0, 16) for n in class_1(list(grouped))) > 20  # one-class batches without classes
+        assert all(5 <= n <= 8 for n in class_1(ours))  # 40% of 16 = 6.4 in every batch
+        assert width_sum(ours) < 0.75 * width_sum(list(range(1000)))  # still far less padding than random
+        assert max(lengths[i] for i in ours[:16]) == max(lengths)  # the longest first
+        assert list(balanced) == ours  # a function of seed and epoch (resume replays it)
+
+    # one scalar class per row, 2 to batch_size classes; else no classes (transformers' grouping)
+    assert example_classes(Dataset.from_dict({"labels": [0, 1, 1]}), 16) == [0, 1, 1]
+    assert example_classes(Dataset.from_dict({"labels": [1, 1, 1]}), 16) is None
+    assert example_classes(Dataset.from_dict({"labels": [[0, 1], [1, 0]]}), 16) is None  # tags per token
+    assert example_classes(Dataset.from_dict({"labels": list(range(40))}), 16) is None
+    assert example_classes(Dataset.from_dict({"input_ids": [[1], [2]]}), 16) is None
+
+
 def test_auto_precision_on_a_cpu(monkeypatch):
     """`train.precision = "auto"` on a CPU: bf16 autocast for a pretrained model where the CPU
     multiplies bf16 natively, fp32 for a model built from scratch or on a CPU without it."""

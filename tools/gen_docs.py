@@ -766,6 +766,68 @@ def gen_architecture() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Recipe figures: README.md, docs/**/*.md and the recipe headers quote recipes/figures.toml
+# ---------------------------------------------------------------------------------------------
+
+FIGURE_OPEN = re.compile(r"<!-- figure:(?P<recipe>[^ ]+?) -->(?P<body>.*?)<!-- /figure -->", re.S)
+MEASURED = "# Measured:       "
+
+
+def _figures() -> dict[str, Any]:
+    import figures
+
+    return figures.load_table()
+
+
+def fill_figures(text: str, where: str) -> str:
+    """``<!-- figure:RECIPE -->...<!-- /figure -->`` spans filled with the recipe's recorded figure."""
+    table = _figures()
+
+    def fill(m: re.Match[str]) -> str:
+        recipe = m.group("recipe")
+        f = table.get(recipe)
+        if f is None or f.skip:
+            raise SystemExit(f"{where}: quotes the figure of {recipe}, which recipes/figures.toml does not record")
+        return f"<!-- figure:{recipe} -->{f.sentence()}<!-- /figure -->"
+
+    return FIGURE_OPEN.sub(fill, text)
+
+
+def recipe_header(recipe: str) -> str:
+    """The recipe file with its ``# Measured:`` header line from the table (added after ``# Run:``)."""
+    path = ROOT / recipe
+    text = path.read_text(encoding="utf-8")
+    f = _figures().get(recipe)
+    lines = [
+        line
+        for line in text.split("\n")
+        if not line.startswith(MEASURED) and not line.startswith("#" + " " * 17 + "[recipes/figures.toml")
+    ]
+    if f is None or f.skip:
+        return "\n".join(lines)
+    quoted = textwrap.wrap(f.sentence() + " [recipes/figures.toml]", 100 - len(MEASURED))
+    new = [MEASURED + quoted[0], *("#" + " " * 17 + rest for rest in quoted[1:])]
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# Run:")), None)
+    if at is None:
+        raise SystemExit(f"{recipe}: its header has no '# Run:' line to put the measured figure after")
+    return "\n".join(lines[:at] + new + lines[at:])
+
+
+def figure_pages() -> dict[str, Callable[[], str]]:
+    """Every page that quotes a figure, and every measured recipe's file, relative to docs/."""
+    pages: dict[str, Callable[[], str]] = {}
+    for path in [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        if "<!-- figure:" in text:
+            name = os.path.relpath(path, DOCS)
+            pages[name] = lambda path=path, name=name: fill_figures(path.read_text(encoding="utf-8"), name)
+    for recipe, f in _figures().items():
+        if not f.skip or MEASURED in (ROOT / recipe).read_text(encoding="utf-8"):
+            pages[os.path.relpath(ROOT / recipe, DOCS)] = lambda recipe=recipe: recipe_header(recipe)
+    return pages
+
+
+# ---------------------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------------------
 
@@ -780,8 +842,15 @@ GENERATORS: dict[str, Callable[[], str]] = {
 
 
 def generate() -> dict[str, str]:
-    """File name under ``docs/`` -> content."""
-    return {name: fn() for name, fn in GENERATORS.items()}
+    """File name relative to ``docs/`` -> content (figures fill pages that other generators write
+    too, so they run last, on the generated text)."""
+    out = {name: fn() for name, fn in GENERATORS.items()}
+    for name, fn in figure_pages().items():
+        if name in out:
+            out[name] = fill_figures(out[name], name)
+        else:
+            out[name] = fn()
+    return out
 
 
 def stale(docs: Path = DOCS) -> list[str]:

@@ -20,12 +20,11 @@ import datetime as _dt
 import json
 import shutil
 import time
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from nlptasks.context import RunContext
 from nlptasks.engine.io.rundir import write_json, write_text_atomic

@@ -317,7 +317,8 @@ class TrainConfig(Section):
     group_by_length: bool = Field(
         False,
         description="Draw training batches of similar lengths, in random order (less padding, faster: 2.1x "
-        "the samples/s of random batches on SST-2 here, where our recipes turn it on); off by default: on tasks whose "
+        "the samples/s of random batches on SST-2 here, where our recipes turn it on); for tasks with one class per "
+        "row (cls, pair classes) each batch keeps the data's mix of classes; off by default: on tasks whose "
         "examples have nearly one length (windowed QA) it gains little and can cost accuracy.",
     )
     sort_eval_by_length: bool = Field(

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from nlptasks.errors import NlptasksError, Problem, RecipeError
 

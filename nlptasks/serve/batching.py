@@ -107,7 +107,7 @@ class Batcher:
         timeout = self.settings.timeout_s
         try:
             return await asyncio.wait_for(item.future, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ApiError(
                 504,
                 f"no answer within the timeout ({timeout:g} s): the server is overloaded or "
@@ -185,7 +185,7 @@ class Batcher:
             self._arrived.clear()
             try:
                 await asyncio.wait_for(self._arrived.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         batch: list[_Waiting] = []
         count = 0

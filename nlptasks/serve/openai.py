@@ -91,7 +91,7 @@ class _Generation:
         """Wait for the generation to start (the worker thread may be busy), or raise its error."""
         try:
             kind, value = await asyncio.wait_for(self.queue.get(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.cancel.set()
             raise ApiError(504, f"the model was busy for longer than the timeout ({timeout:g} s); try again") from None
         if kind == "error":

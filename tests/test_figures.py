@@ -1,0 +1,71 @@
+"""Every shipped recipe keeps its published figure (recipes/figures.toml, tools/figures.py).
+
+The default suite checks that the table accounts for every shipped recipe (measured here, or the
+reason it cannot be) and that its rows make sense; the figures tier (``pytest --figures -m figures``,
+run by .ci/run) trains each measured recipe once, at its check seed, pinned to one thread, and fails
+when its figure leaves the tolerance recorded for it (three seed-to-seed standard deviations, at least
+a point).  A change meant to move a figure re-records it: ``python tools/figures.py record RECIPE``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import figures  # noqa: E402
+
+TABLE = figures.load_table()
+MEASURED = sorted(r for r, f in TABLE.items() if not f.skip)
+
+
+def test_every_shipped_recipe_is_measured_or_says_why_not():
+    missing = [r for r in figures.shipped() if r not in TABLE]
+    assert missing == [], (
+        f"not in recipes/figures.toml: {missing}; run: python tools/figures.py record {' '.join(missing)}"
+    )
+    gone = [r for r in TABLE if r not in figures.shipped()]
+    assert gone == [], f"recipes/figures.toml names recipes that are not shipped: {gone}"
+    for recipe in figures.shipped():
+        reason = figures.why_not_here(recipe)
+        if TABLE[recipe].skip:  # skipped only for a reason that holds on this machine
+            assert reason, f"{recipe} is skipped ({TABLE[recipe].skip}) but could run here: record it"
+    assert {"recipes/cls.toml", "recipes/ner.toml", "recipes/pair.toml", "recipes/sft.toml"} <= set(MEASURED)
+
+
+@pytest.mark.parametrize("recipe", MEASURED)
+def test_a_recorded_figure_is_the_tasks_main_metric_over_several_seeds(recipe):
+    f = TABLE[recipe]
+    assert len(f.values) >= 3 and f.check_seed in f.values
+    metric, greater = figures.main_metric(recipe)
+    assert (f.metric, f.greater_is_better) == (metric, greater), "the task's best metric changed: re-record"
+    assert 0 < f.tolerance <= 0.1 or "loss" in f.metric, f"{recipe}: a tolerance of {f.tolerance} guards nothing"
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """Every measured recipe trained once at its check seed, as many at once as there are cores (each
+    pinned to one thread, so the figure does not depend on what runs beside it)."""
+    jobs = [(r, TABLE[r].check_seed, figures.recipe_sets(r)) for r in MEASURED]
+    return figures.run_many(jobs, tmp_path_factory.mktemp("figures"))
+
+
+@pytest.mark.figures
+@pytest.mark.parametrize("recipe", MEASURED)
+def test_the_recipe_still_reaches_its_figure(recipe, checked):
+    f = TABLE[recipe]
+    result = checked[(recipe, f.check_seed)]
+    if isinstance(result, BaseException):
+        raise result
+    metrics, _, seconds = result
+    value = figures.value_of(metrics, f.metric)
+    gap = value - f.check_value
+    assert abs(gap) <= f.tolerance, (
+        f"{recipe}: {f.metric} {value:.4f} at seed {f.check_seed} is {abs(gap):.4f} "
+        f"{'above' if gap > 0 else 'below'} its recorded {f.check_value:.4f} (tolerance {f.tolerance}: 3 sd over "
+        f"seeds {', '.join(map(str, f.values))}, mean {f.mean:.4f}); if the change is meant to move it, re-measure: "
+        f"python tools/figures.py record {recipe} && python tools/gen_docs.py"
+    )
