@@ -29,6 +29,14 @@ from typing import Any
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
 from nlptasks.errors import NlptasksError, Problem
 from nlptasks.inference.onnx_backend import INSTALL_HINT, ONNX_FILE, OnnxModel
+from nlptasks.inference.onnx_quantize import (
+    CALIBRATION_METHOD,
+    CALIBRATION_ROWS,
+    QUANTIZE,
+    calibration_feeds,
+    quantize_dynamic_int8,
+    quantize_static_int8,
+)
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -42,7 +50,6 @@ __all__ = [
 ]
 
 DEFAULT_OPSET = 17
-QUANTIZE = ("none", "int8")
 _COPIED = ("labels.json", "recipe.toml", "metrics.json", "examples.json")
 
 
@@ -252,22 +259,6 @@ def int8_weight_type() -> str:
     return "QInt8" if any(f in flags for f in (" avx512_vnni", " avx_vnni", " amx_int8")) else "QUInt8"
 
 
-def _quantize(fp32: Path, out: Path, weight_type: str) -> None:
-    import logging
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # its advice to pre-process (shape inference) is for static quantization
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic(str(fp32), str(out), weight_type=getattr(QuantType, weight_type), per_channel=True)
-    finally:
-        root.setLevel(level)
-
-
 def export_onnx(
     run_dir: Path,
     out: Path,
@@ -275,6 +266,8 @@ def export_onnx(
     opset: int = DEFAULT_OPSET,
     adapter: str | None = None,
     int8_weights: str = "auto",
+    calibration_rows: int = CALIBRATION_ROWS,
+    calibration_method: str = CALIBRATION_METHOD,
 ) -> dict[str, Any]:
     """Export ``run_dir`` to ``out`` (a new folder) as ONNX; returns the new folder's manifest.
 
@@ -295,6 +288,8 @@ def export_onnx(
         ) from None
     if quantize not in QUANTIZE:
         raise NlptasksError(f"--quantize {quantize}: choose one of {', '.join(QUANTIZE)}")
+    if calibration_rows < 1:
+        raise NlptasksError(f"--calibration-rows {calibration_rows}: give 1 or more rows (default {CALIBRATION_ROWS})")
     if int8_weights not in INT8_WEIGHTS:
         raise NlptasksError(f"--int8-weights {int8_weights}: choose one of {', '.join(INT8_WEIGHTS)}")
     weight_type = int8_weight_type() if int8_weights == "auto" else int8_weights
@@ -323,7 +318,7 @@ def export_onnx(
     samples = Samples(run_dir, model, tokenizer)
     names = samples.names
     out.mkdir(parents=True, exist_ok=True)
-    fp32_path = out / ("model-fp32.onnx" if quantize == "int8" else ONNX_FILE)
+    fp32_path = out / ("model-fp32.onnx" if quantize != "none" else ONNX_FILE)
     outputs = _export_graph(model, samples, fp32_path, opset)
     from nlptasks.engine.model.introspect import position_limit
 
@@ -336,8 +331,16 @@ def export_onnx(
             hint="This is a bug worth reporting (name the model class); the run itself is unchanged.",
         )
     sizes = {"fp32_bytes": fp32_path.stat().st_size}
+    quantization: dict[str, Any] = {"method": "none"}
     if quantize == "int8":
-        _quantize(fp32_path, out / ONNX_FILE, weight_type)
+        feeds, source = calibration_feeds(
+            run_dir, fp32_path, model.config, read_manifest(run_dir), calibration_rows, adapter
+        )
+        quantization = quantize_static_int8(fp32_path, out / ONNX_FILE, feeds, weight_type, calibration_method)
+        quantization["calibration"] = source
+    elif quantize == "int8-dynamic":
+        quantization = quantize_dynamic_int8(fp32_path, out / ONNX_FILE, weight_type)
+    if quantize != "none":
         sizes["int8_bytes"] = (out / ONNX_FILE).stat().st_size
         fp32_path.unlink()  # OUT is one model; the fp32 graph is an export without --quantize
     tokenizer.save_pretrained(str(out))
@@ -351,8 +354,9 @@ def export_onnx(
     manifest["onnx"] = {
         "opset": opset,
         "quantize": quantize,
-        "weight_type": weight_type if quantize == "int8" else "float32",
-        "per_channel": quantize == "int8",
+        "weight_type": weight_type if quantize != "none" else "float32",
+        "per_channel": quantize != "none",
+        "quantization": quantization,
         "exported_from": str(run_dir.resolve()),
         "exporter": f"torch.onnx.export (TorchScript, dynamo=False), torch {torch.__version__}",
         "model_class": type(model).__name__,

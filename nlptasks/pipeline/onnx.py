@@ -25,6 +25,7 @@ from typing import Any
 from nlptasks.engine.io.rundir import MANIFEST, read_manifest, write_json, write_text_atomic
 from nlptasks.inference.loading import load_predictor
 from nlptasks.inference.onnx_export import DEFAULT_OPSET, export_onnx
+from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
 from nlptasks.inference.streaming import iter_file
 from nlptasks.types import LoadOptions
 
@@ -184,12 +185,21 @@ def export_and_measure(
     rows: int = 2000,
     max_drop: float = 1.0,
     int8_weights: str = "auto",
+    calibration_rows: int = CALIBRATION_ROWS,
 ) -> tuple[dict[str, Any], list[str]]:
     """Export, measure (:func:`measure`) and write the figures into ``OUT``'s manifest and card.
 
     Returns ``(manifest, warnings)``: a warning per gold accuracy that drops by more than
     ``max_drop`` points, and for fp32 per changed prediction count."""
-    manifest = export_onnx(run_dir, out, quantize=quantize, opset=opset, adapter=adapter, int8_weights=int8_weights)
+    manifest = export_onnx(
+        run_dir,
+        out,
+        quantize=quantize,
+        opset=opset,
+        adapter=adapter,
+        int8_weights=int8_weights,
+        calibration_rows=calibration_rows,
+    )
     measured = measure(run_dir, out, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
     manifest["onnx"]["measured"] = measured
     write_json(out / MANIFEST, manifest)
