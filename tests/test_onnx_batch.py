@@ -77,6 +77,7 @@ def test_batched_equals_one_at_a_time(runs, cli, tmp_path, task, quantize):
         calibration = quantization["calibration"]
         assert calibration["split"] == "train" and Path(calibration["file"]).name.startswith("train")
         assert calibration["rows"] == 128 and calibration["feeds"] >= 128
+        assert "does not depend on its batch" in (tmp_path / "export" / "README.md").read_text(encoding="utf-8")
     else:
         assert quantization == {"method": "none"}
 
@@ -86,6 +87,7 @@ def test_dynamic_is_opt_in_and_says_it_depends_on_the_batch(runs, cli, tmp_path,
     info = manifest["onnx"]
     assert info["quantize"] == "int8-dynamic" and info["quantization"]["method"] == "dynamic"
     assert info["quantization"]["batch_independent"] is False
+    assert "depend on the rows batched with it" in (tmp_path / "dynamic" / "README.md").read_text(encoding="utf-8")
     with pytest.raises(SystemExit):
         cli("export", "--help")
     text = " ".join(capsys.readouterr().out.split())

@@ -124,6 +124,23 @@ def measure(run_dir: Path, out: Path, rows_limit: int = 2000) -> dict[str, Any]:
     return result
 
 
+def _quantization_lines(how: dict[str, Any]) -> list[str]:
+    """What the card says about how the export was quantized (nothing for fp32)."""
+    if how.get("method") == "static":
+        source = how.get("calibration") or {}
+        return [
+            f"int8: static quantization ({how.get('format')}), weights {how.get('weights')}; activation scales "
+            f"calibrated ({how.get('calibration_method')}) on {source.get('rows')} rows of `{source.get('file')}` "
+            f"({source.get('split')}, {source.get('through')}) and fixed: a row's answer does not depend on its batch."
+        ]
+    if how.get("method") == "dynamic":
+        return [
+            f"int8: dynamic quantization, weights {how.get('weights')}; activation scales are computed per batch "
+            "at run time, so a row's scores (and on near-ties its label) depend on the rows batched with it."
+        ]
+    return []
+
+
 def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
     info = manifest["onnx"]
     sizes = ", ".join(f"{k.replace('_bytes', '')} {v / 1e6:.2f} MB" for k, v in info["sizes"].items())
@@ -137,6 +154,7 @@ def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
         + ".",
         f"Graph check against torch: largest difference {info['check']['max_abs_diff']:.1e} at shapes "
         f"{info['check']['shapes']}.",
+        *_quantization_lines(info.get("quantization") or {}),
         "",
     ]
     measured = info.get("measured") or {}
