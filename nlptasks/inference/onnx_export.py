@@ -13,9 +13,24 @@ with a KV cache is a loop around the graph that this exporter path does not prod
 
 The exporter is PyTorch's TorchScript-based ``torch.onnx.export(..., dynamo=False)``: it needs no
 extra package, and on BERT-style encoders its graph equals the torch model to about 1e-7 at every
-batch size and length.  The newer ``dynamo=True`` exporter needs ``onnxscript`` besides.  int8 is
-onnxruntime's dynamic quantization (``quantize_dynamic``: int8 weights, activations quantized at
-run time) with unsigned int8 weights (:data:`INT8_WEIGHTS`).
+batch size and length.  The newer ``dynamo=True`` exporter needs ``onnxscript`` besides.
+
+``int8`` is onnxruntime's static quantization (QDQ; :mod:`nlptasks.inference.onnx_quantize`):
+int8 weights per channel and int8 embeddings, the linear layers' inputs quantized with scales
+calibrated (MinMax) on 128 training rows fed through the task's predictor, fixed in the graph, so
+a row's answer does not depend on its batch.  ``int8-dynamic`` is onnxruntime's dynamic
+quantization (activation scales computed per batch), opt-in.  The weight type is
+:data:`INT8_WEIGHTS`.  Measured 2026-11-26 (docs/onnx.md, ``benchmarks/onnx_int8.py``): MiniLM-L6
+fine-tuned on 2,000 SST-2 rows, 1,821 test sentences, 2 shared CPU cores, 1 thread, rows per CPU
+second at batch 1 / batch 32:
+
+=====================  ========  ==============================  ===========
+model                  accuracy  labels differ, batch 32 vs 1     rows/CPU-s
+=====================  ========  ==============================  ===========
+ONNX fp32              0.7990    0                                84 / 112
+``int8-dynamic``       0.7985    29 (scores by up to 0.061)       131 / 163
+``int8`` (static)      0.8007    0 (scores: 0.0)                  118 / 156
+=====================  ========  ==============================  ===========
 """
 
 from __future__ import annotations
@@ -241,7 +256,7 @@ def check_graph(model: Any, onnx_model: OnnxModel, samples: Samples, limit: int)
 
 
 INT8_WEIGHTS = ("auto", "QInt8", "QUInt8")
-"""``--int8-weights``: onnxruntime's weight types for dynamic quantization (``auto``: :func:`int8_weight_type`)."""
+"""``--int8-weights``: onnxruntime's weight types for int8 (``auto``: :func:`int8_weight_type`)."""
 
 
 def int8_weight_type() -> str:
@@ -251,7 +266,8 @@ def int8_weight_type() -> str:
     (docs/onnx.md); ``QUInt8`` elsewhere (without VNNI the u8×s8 kernels saturate: QInt8 changed
     16 of 200 tiny-NER sentences' tags there, QUInt8 3).  Weights are quantized per output
     channel (one scale per row): with per-tensor scales QInt8 cost 1.0 F1 point on CoNLL-2003 and
-    0.8 accuracy points on MRPC, per channel +0.3 and -0.4 (and ran faster: 785 vs 504 sentences/s)."""
+    0.8 accuracy points on MRPC, per channel +0.3 and -0.4 (and ran faster: 785 vs 504 sentences/s).
+    These figures were measured with dynamic quantization (``int8-dynamic`` today)."""
     try:
         flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -271,9 +287,11 @@ def export_onnx(
 ) -> dict[str, Any]:
     """Export ``run_dir`` to ``out`` (a new folder) as ONNX; returns the new folder's manifest.
 
-    ``out/model.onnx`` is the model (int8-quantized with ``quantize="int8"``); ``out`` becomes a
-    complete run folder whose manifest records ``"backend": "onnx"`` and ``"onnx": {opset,
-    quantize, exported_from, exporter, inputs, outputs, sizes, check, seconds}``.  The fp32 graph
+    ``out/model.onnx`` is the model (int8-quantized with ``quantize="int8"``, static, calibrated on
+    ``calibration_rows`` rows with ``calibration_method``; ``"int8-dynamic"``: dynamic); ``out``
+    becomes a complete run folder whose manifest records ``"backend": "onnx"`` and ``"onnx": {opset,
+    quantize, weight_type, quantization, exported_from, exporter, inputs, outputs, sizes, check,
+    seconds}`` (``quantization``: how, and for static int8 the calibration rows and their source).  The fp32 graph
     is checked against the torch model at several shapes (an error when an output differs by more
     than 1e-3: ``out`` then has no ``COMPLETE`` marker).
     """
