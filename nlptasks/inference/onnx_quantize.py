@@ -104,6 +104,9 @@ def calibration_feeds(
             "activation scales on (its recipe's data sources are not files here)",
             hint="Export fp32 (--quantize none), or run the export where the run's data files are.",
         )
+    from nlptasks.engine.model.peft import DEFAULT_ADAPTER
+
+    adapter = None if adapter == DEFAULT_ADAPTER else adapter  # the run's own, as load_for_export reads it
     predictor = load_predictor(run_dir, LoadOptions(precision="fp32", backend="torch", batch_size=1, adapter=adapter))
     recorder = _Recorder(fp32, config)
     predictor.model = recorder
