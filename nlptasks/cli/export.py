@@ -37,16 +37,27 @@ def register(sub: Any) -> None:
     p.add_argument("--adapter", metavar="NAME", help="the adapter to merge (default: the run's own)")
     p.add_argument(
         "--quantize",
-        choices=("none", "int8"),
+        choices=("none", "int8", "int8-dynamic"),
         default="none",
-        help="with --onnx: int8 = dynamic quantization of the weights (smaller, faster on CPUs with "
-        "VNNI; the accuracy change is measured); default: none (fp32, same predictions as torch)",
+        help="with --onnx: int8 = static quantization (int8 weights per channel; activation scales "
+        "calibrated on --calibration-rows rows of the run's training file, fixed, so a row's "
+        "answer does not depend on its batch); int8-dynamic = onnxruntime's dynamic quantization "
+        "(activation scales computed per batch: a row's scores and even labels change with the "
+        "rows batched with it); default: none (fp32, same predictions as torch)",
+    )
+    p.add_argument(
+        "--calibration-rows",
+        type=int,
+        default=128,
+        metavar="N",
+        help="with --quantize int8: rows of the run's training file (else validation, else test) "
+        "that calibrate the activation scales (default: 128)",
     )
     p.add_argument(
         "--int8-weights",
         choices=("auto", "QInt8", "QUInt8"),
         default="auto",
-        help="with --quantize int8: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
+        help="with --quantize int8 or int8-dynamic: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
         "else QUInt8 (QInt8 saturates without VNNI). Choose for the machine that will serve it",
     )
     p.add_argument(
@@ -81,6 +92,8 @@ def cmd(args: argparse.Namespace) -> int:
         return _onnx(args)
     if args.quantize != "none":
         raise NlptasksError("--quantize applies to --onnx")
+    if args.calibration_rows != 128:
+        raise NlptasksError("--calibration-rows applies to --onnx --quantize int8")
     from nlptasks.inference.merge import export_merged
 
     result = export_merged(args.run, args.merge, args.adapter)
@@ -108,6 +121,7 @@ def _onnx(args: argparse.Namespace) -> int:
         rows=args.check_rows,
         max_drop=args.max_drop,
         int8_weights=args.int8_weights,
+        calibration_rows=args.calibration_rows,
     )
     info = manifest["onnx"]
     size = info["sizes"].get("int8_bytes", info["sizes"]["fp32_bytes"])

@@ -12,6 +12,7 @@ Above the engine and the plugin host, below the public plugin API, the pipeline 
 ``streaming``      reading inputs, predicting in chunks, writing results
 ``predict``        what ``nlptasks infer`` does with a predictor (formats, ranking, generation)
 ``adapters``       ``onnx_export``, ``merge``: new run folders made from a trained run
+``onnx_quantize``  int8 for ``onnx_export``: static (calibrated, batch-independent) or dynamic
 
 Nothing here keeps process-wide state about how a model is loaded: every load gets its own
 :class:`nlptasks.LoadOptions` (docs/architecture.md).

@@ -117,6 +117,17 @@ class OnnxModel:
         import numpy as np
         import torch
 
+        values = self.session.run(self.output_names, self.feed(**inputs))
+        return OnnxOutput(
+            {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in zip(self.output_names, values, strict=True)}
+        )
+
+    def feed(self, **inputs: Any) -> dict[str, Any]:
+        """What the session is given for ``inputs`` (torch tensors, arrays or lists): each graph
+        input as an int64 NumPy array, the optional ones filled as transformers fills them."""
+        import numpy as np
+        import torch
+
         unknown = sorted(set(inputs) - set(self.input_names))
         if unknown:
             raise NlptasksError(f"the ONNX model takes {', '.join(self.input_names)}; not {', '.join(unknown)}")
@@ -135,10 +146,7 @@ class OnnxModel:
                     raise NlptasksError(f"the ONNX model needs the input {name!r}")
             array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
             feed[name] = array.astype(np.int64, copy=False)
-        values = self.session.run(self.output_names, feed)
-        return OnnxOutput(
-            {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in zip(self.output_names, values, strict=True)}
-        )
+        return feed
 
     # -- what predictors touch on a torch model ------------------------------------------------
 

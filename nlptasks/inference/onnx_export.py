@@ -13,9 +13,24 @@ with a KV cache is a loop around the graph that this exporter path does not prod
 
 The exporter is PyTorch's TorchScript-based ``torch.onnx.export(..., dynamo=False)``: it needs no
 extra package, and on BERT-style encoders its graph equals the torch model to about 1e-7 at every
-batch size and length.  The newer ``dynamo=True`` exporter needs ``onnxscript`` besides.  int8 is
-onnxruntime's dynamic quantization (``quantize_dynamic``: int8 weights, activations quantized at
-run time) with unsigned int8 weights (:data:`INT8_WEIGHTS`).
+batch size and length.  The newer ``dynamo=True`` exporter needs ``onnxscript`` besides.
+
+``int8`` is onnxruntime's static quantization (QDQ; :mod:`nlptasks.inference.onnx_quantize`):
+int8 weights per channel and int8 embeddings, the linear layers' inputs quantized with scales
+calibrated (MinMax) on 128 training rows fed through the task's predictor, fixed in the graph, so
+a row's answer does not depend on its batch.  ``int8-dynamic`` is onnxruntime's dynamic
+quantization (activation scales computed per batch), opt-in.  The weight type is
+:data:`INT8_WEIGHTS`.  Measured 2026-11-26 (docs/onnx.md, ``benchmarks/onnx_int8.py``): MiniLM-L6
+fine-tuned on 2,000 SST-2 rows, 1,821 test sentences, 2 shared CPU cores, 1 thread, rows per CPU
+second at batch 1 / batch 32:
+
+=====================  ========  ==============================  ===========
+model                  accuracy  labels differ, batch 32 vs 1     rows/CPU-s
+=====================  ========  ==============================  ===========
+ONNX fp32              0.7990    0                                84 / 112
+``int8-dynamic``       0.7985    29 (scores by up to 0.061)       131 / 163
+``int8`` (static)      0.8007    0 (scores: 0.0)                  118 / 156
+=====================  ========  ==============================  ===========
 """
 
 from __future__ import annotations
@@ -29,6 +44,14 @@ from typing import Any
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
 from nlptasks.errors import NlptasksError, Problem
 from nlptasks.inference.onnx_backend import INSTALL_HINT, ONNX_FILE, OnnxModel
+from nlptasks.inference.onnx_quantize import (
+    CALIBRATION_METHOD,
+    CALIBRATION_ROWS,
+    QUANTIZE,
+    calibration_feeds,
+    quantize_dynamic_int8,
+    quantize_static_int8,
+)
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -42,7 +65,6 @@ __all__ = [
 ]
 
 DEFAULT_OPSET = 17
-QUANTIZE = ("none", "int8")
 _COPIED = ("labels.json", "recipe.toml", "metrics.json", "examples.json")
 
 
@@ -234,7 +256,7 @@ def check_graph(model: Any, onnx_model: OnnxModel, samples: Samples, limit: int)
 
 
 INT8_WEIGHTS = ("auto", "QInt8", "QUInt8")
-"""``--int8-weights``: onnxruntime's weight types for dynamic quantization (``auto``: :func:`int8_weight_type`)."""
+"""``--int8-weights``: onnxruntime's weight types for int8 (``auto``: :func:`int8_weight_type`)."""
 
 
 def int8_weight_type() -> str:
@@ -244,28 +266,13 @@ def int8_weight_type() -> str:
     (docs/onnx.md); ``QUInt8`` elsewhere (without VNNI the u8×s8 kernels saturate: QInt8 changed
     16 of 200 tiny-NER sentences' tags there, QUInt8 3).  Weights are quantized per output
     channel (one scale per row): with per-tensor scales QInt8 cost 1.0 F1 point on CoNLL-2003 and
-    0.8 accuracy points on MRPC, per channel +0.3 and -0.4 (and ran faster: 785 vs 504 sentences/s)."""
+    0.8 accuracy points on MRPC, per channel +0.3 and -0.4 (and ran faster: 785 vs 504 sentences/s).
+    These figures were measured with dynamic quantization (``int8-dynamic`` today)."""
     try:
         flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "QUInt8"
     return "QInt8" if any(f in flags for f in (" avx512_vnni", " avx_vnni", " amx_int8")) else "QUInt8"
-
-
-def _quantize(fp32: Path, out: Path, weight_type: str) -> None:
-    import logging
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # its advice to pre-process (shape inference) is for static quantization
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_dynamic(str(fp32), str(out), weight_type=getattr(QuantType, weight_type), per_channel=True)
-    finally:
-        root.setLevel(level)
 
 
 def export_onnx(
@@ -275,12 +282,16 @@ def export_onnx(
     opset: int = DEFAULT_OPSET,
     adapter: str | None = None,
     int8_weights: str = "auto",
+    calibration_rows: int = CALIBRATION_ROWS,
+    calibration_method: str = CALIBRATION_METHOD,
 ) -> dict[str, Any]:
     """Export ``run_dir`` to ``out`` (a new folder) as ONNX; returns the new folder's manifest.
 
-    ``out/model.onnx`` is the model (int8-quantized with ``quantize="int8"``); ``out`` becomes a
-    complete run folder whose manifest records ``"backend": "onnx"`` and ``"onnx": {opset,
-    quantize, exported_from, exporter, inputs, outputs, sizes, check, seconds}``.  The fp32 graph
+    ``out/model.onnx`` is the model (int8-quantized with ``quantize="int8"``, static, calibrated on
+    ``calibration_rows`` rows with ``calibration_method``; ``"int8-dynamic"``: dynamic); ``out``
+    becomes a complete run folder whose manifest records ``"backend": "onnx"`` and ``"onnx": {opset,
+    quantize, weight_type, quantization, exported_from, exporter, inputs, outputs, sizes, check,
+    seconds}`` (``quantization``: how, and for static int8 the calibration rows and their source).  The fp32 graph
     is checked against the torch model at several shapes (an error when an output differs by more
     than 1e-3: ``out`` then has no ``COMPLETE`` marker).
     """
@@ -295,6 +306,8 @@ def export_onnx(
         ) from None
     if quantize not in QUANTIZE:
         raise NlptasksError(f"--quantize {quantize}: choose one of {', '.join(QUANTIZE)}")
+    if calibration_rows < 1:
+        raise NlptasksError(f"--calibration-rows {calibration_rows}: give 1 or more rows (default {CALIBRATION_ROWS})")
     if int8_weights not in INT8_WEIGHTS:
         raise NlptasksError(f"--int8-weights {int8_weights}: choose one of {', '.join(INT8_WEIGHTS)}")
     weight_type = int8_weight_type() if int8_weights == "auto" else int8_weights
@@ -323,7 +336,7 @@ def export_onnx(
     samples = Samples(run_dir, model, tokenizer)
     names = samples.names
     out.mkdir(parents=True, exist_ok=True)
-    fp32_path = out / ("model-fp32.onnx" if quantize == "int8" else ONNX_FILE)
+    fp32_path = out / ("model-fp32.onnx" if quantize != "none" else ONNX_FILE)
     outputs = _export_graph(model, samples, fp32_path, opset)
     from nlptasks.engine.model.introspect import position_limit
 
@@ -336,8 +349,16 @@ def export_onnx(
             hint="This is a bug worth reporting (name the model class); the run itself is unchanged.",
         )
     sizes = {"fp32_bytes": fp32_path.stat().st_size}
+    quantization: dict[str, Any] = {"method": "none"}
     if quantize == "int8":
-        _quantize(fp32_path, out / ONNX_FILE, weight_type)
+        feeds, source = calibration_feeds(
+            run_dir, fp32_path, model.config, read_manifest(run_dir), calibration_rows, adapter
+        )
+        quantization = quantize_static_int8(fp32_path, out / ONNX_FILE, feeds, weight_type, calibration_method)
+        quantization["calibration"] = source
+    elif quantize == "int8-dynamic":
+        quantization = quantize_dynamic_int8(fp32_path, out / ONNX_FILE, weight_type)
+    if quantize != "none":
         sizes["int8_bytes"] = (out / ONNX_FILE).stat().st_size
         fp32_path.unlink()  # OUT is one model; the fp32 graph is an export without --quantize
     tokenizer.save_pretrained(str(out))
@@ -351,8 +372,9 @@ def export_onnx(
     manifest["onnx"] = {
         "opset": opset,
         "quantize": quantize,
-        "weight_type": weight_type if quantize == "int8" else "float32",
-        "per_channel": quantize == "int8",
+        "weight_type": weight_type if quantize != "none" else "float32",
+        "per_channel": quantize != "none",
+        "quantization": quantization,
         "exported_from": str(run_dir.resolve()),
         "exporter": f"torch.onnx.export (TorchScript, dynamo=False), torch {torch.__version__}",
         "model_class": type(model).__name__,

@@ -25,6 +25,7 @@ from typing import Any
 from nlptasks.engine.io.rundir import MANIFEST, read_manifest, write_json, write_text_atomic
 from nlptasks.inference.loading import load_predictor
 from nlptasks.inference.onnx_export import DEFAULT_OPSET, export_onnx
+from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
 from nlptasks.inference.streaming import iter_file
 from nlptasks.types import LoadOptions
 
@@ -123,6 +124,23 @@ def measure(run_dir: Path, out: Path, rows_limit: int = 2000) -> dict[str, Any]:
     return result
 
 
+def _quantization_lines(how: dict[str, Any]) -> list[str]:
+    """What the card says about how the export was quantized (nothing for fp32)."""
+    if how.get("method") == "static":
+        source = how.get("calibration") or {}
+        return [
+            f"int8: static quantization ({how.get('format')}), weights {how.get('weights')}; activation scales "
+            f"calibrated ({how.get('calibration_method')}) on {source.get('rows')} rows of `{source.get('file')}` "
+            f"({source.get('split')}, {source.get('through')}) and fixed: a row's answer does not depend on its batch."
+        ]
+    if how.get("method") == "dynamic":
+        return [
+            f"int8: dynamic quantization, weights {how.get('weights')}; activation scales are computed per batch "
+            "at run time, so a row's scores (and on near-ties its label) depend on the rows batched with it."
+        ]
+    return []
+
+
 def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
     info = manifest["onnx"]
     sizes = ", ".join(f"{k.replace('_bytes', '')} {v / 1e6:.2f} MB" for k, v in info["sizes"].items())
@@ -136,6 +154,7 @@ def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
         + ".",
         f"Graph check against torch: largest difference {info['check']['max_abs_diff']:.1e} at shapes "
         f"{info['check']['shapes']}.",
+        *_quantization_lines(info.get("quantization") or {}),
         "",
     ]
     measured = info.get("measured") or {}
@@ -184,12 +203,21 @@ def export_and_measure(
     rows: int = 2000,
     max_drop: float = 1.0,
     int8_weights: str = "auto",
+    calibration_rows: int = CALIBRATION_ROWS,
 ) -> tuple[dict[str, Any], list[str]]:
     """Export, measure (:func:`measure`) and write the figures into ``OUT``'s manifest and card.
 
     Returns ``(manifest, warnings)``: a warning per gold accuracy that drops by more than
     ``max_drop`` points, and for fp32 per changed prediction count."""
-    manifest = export_onnx(run_dir, out, quantize=quantize, opset=opset, adapter=adapter, int8_weights=int8_weights)
+    manifest = export_onnx(
+        run_dir,
+        out,
+        quantize=quantize,
+        opset=opset,
+        adapter=adapter,
+        int8_weights=int8_weights,
+        calibration_rows=calibration_rows,
+    )
     measured = measure(run_dir, out, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
     manifest["onnx"]["measured"] = measured
     write_json(out / MANIFEST, manifest)
