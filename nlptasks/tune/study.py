@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.io.outputs import make_folder, os_errors
 from nlptasks.engine.io.rundir import runs_base
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host
@@ -309,8 +310,7 @@ def tune(
     if total < 1 or workers < 1:
         raise NlptasksError("--trials and --workers must be at least 1")
     limit = timeout if timeout is not None else tune_table.timeout
-    study_dir = study_dir_for(loaded, name)
-    study_dir.mkdir(parents=True, exist_ok=True)
+    study_dir = make_folder(study_dir_for(loaded, name), "output.dir")  # a file in the way, a read-only disk: named
     url = storage or f"sqlite:///{study_dir / 'study.db'}"
 
     import optuna
@@ -346,7 +346,7 @@ def tune(
     progress = _progress(total, metric, greater, log)
     try:
         while deadline is None or time.monotonic() < deadline:
-            with _lock(study_dir / ".lock") as release:
+            with os_errors(study_dir, "output.dir"), _lock(study_dir / ".lock") as release:
                 holder.append(release)
                 _fail_gone(the_study, rdb, log)
                 finished, running = _counts(the_study)
@@ -374,9 +374,10 @@ def tune(
         return load_recipe(recipe, trial_overrides(setup, best.number, best.params), host=host).resolved()
 
     title = f"Study {name}: {Path(recipe).name}"
-    result.rows, result.best, result.table, result.notes = write_results(
-        the_study, study_dir, metric, greater, title, recipe_of
-    )
+    with os_errors(study_dir, "output.dir"):
+        result.rows, result.best, result.table, result.notes = write_results(
+            the_study, study_dir, metric, greater, title, recipe_of
+        )
     bad = [p for p in procs if p.returncode not in (0, None)]
     if bad:
         result.notes.append(
