@@ -231,8 +231,15 @@ def test_eval_writes_its_folder_whole(cli, cls_run, tmp_path):
     assert code == 0, err
     assert {"metrics.json", "report.md", "errors.jsonl"} <= {p.name for p in out.iterdir()}
     assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["rows"] == 200
-    code, _, err = cli("eval", cls_run, "--data", TEST_CSV, "-o", out)  # not written over
+    code, _, err = cli("eval", cls_run, "--data", TEST_CSV, "-o", out)  # an earlier eval is replaced whole
+    assert code == 0, err
+    assert json.loads((out / "metrics.json").read_text(encoding="utf-8"))["rows"] == 200
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n", encoding="utf-8")
+    code, _, err = cli("eval", cls_run, "--data", TEST_CSV, "-o", other)  # any other folder is not
     clean_error(code, err, "exists and is not empty")
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]
     no_leftovers(tmp_path)
 
 

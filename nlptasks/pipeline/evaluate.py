@@ -92,10 +92,10 @@ def evaluate_run(
             "for the Trainer to evaluate",
             hint="Evaluate the run with --backend torch (or auto).",
         )
-    files = [Path(f) for f in files]
-    if not files:
+    paths = [Path(f) for f in files]
+    if not paths:
         raise NlptasksError("nothing to evaluate: give --data FILE (labelled data in the run's task format)")
-    for f in files:
+    for f in paths:
         if not f.exists():
             raise NlptasksError(f"--data {f}: no such file or folder")
     overrides = list(overrides)
@@ -115,14 +115,24 @@ def evaluate_run(
         base, n = run_dir / EVAL_DIR / stamp, 2
         while base.exists():
             base, n = run_dir / EVAL_DIR / f"{stamp}-{n}", n + 1
-    outputs = [base] if len(files) == 1 else [base / _folder_name(f, files) for f in files]
-    inputs = {"RUN": run_dir, **{f"--data {f}": f for f in files}}
+    outputs = [base] if len(paths) == 1 else [base / _folder_name(f, paths) for f in paths]
+    inputs: dict[str, Path | None] = {"RUN": run_dir, **{f"--data {f}": f for f in paths}}
     for out in outputs:  # before anything loads: an output that is an input, a file, a full folder
-        check_new_folder(out, "--output", inputs)
+        check_new_folder(out, "--output", inputs, replaces=earlier_eval)
     results = []
-    for f, out in zip(files, outputs, strict=True):
+    for f, out in zip(paths, outputs, strict=True):
         results.append(_evaluate_file(run_dir, manifest, backend, raw, f, overrides, out, host, progress))
     return results
+
+
+def earlier_eval(folder: Path) -> bool:
+    """Whether ``folder`` holds an earlier evaluation (its ``metrics.json`` names a run and a source),
+    which ``eval -o`` may replace; any other folder that is not empty is refused."""
+    try:
+        record = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"run", "source", TEST} <= set(record)
 
 
 def _refuse_model_overrides(overrides: list[str]) -> None:
@@ -171,7 +181,9 @@ def _evaluate_file(
         raise NlptasksError(
             f"{run_dir}: the recipe's task {loaded.task.name!r} is not the run's {manifest.get('task')!r}"
         )
-    with atomic_folder(out, "--output", {"RUN": run_dir, "--data": path}) as work:  # renamed to out when complete
+    with atomic_folder(
+        out, "--output", {"RUN": run_dir, "--data": path}, replaces=earlier_eval
+    ) as work:  # renamed to out when complete
         return _score(run_dir, manifest, backend, loaded, path, out, work, host, progress, started)
 
 

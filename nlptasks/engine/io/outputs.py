@@ -26,7 +26,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -287,7 +287,11 @@ def _write_error_in(exc: Exception, temp: Path) -> OSError | None:
 
 
 def check_new_folder(
-    path: Path, what: str = "", inputs: Mapping[str, Path | None] | None = None, probe: bool = True
+    path: Path,
+    what: str = "",
+    inputs: Mapping[str, Path | None] | None = None,
+    probe: bool = True,
+    replaces: Callable[[Path], bool] | None = None,
 ) -> None:
     """What :func:`atomic_folder` refuses, checked on its own (a command checks before it loads
     anything): ``path`` is or contains one of ``inputs``, is a file, or is a folder that is not empty."""
@@ -299,7 +303,7 @@ def check_new_folder(
                 hint=f"Give {what} a new folder (the file is left as it is).",
             )
         with os_errors(path, what):
-            if any(path.iterdir()):
+            if any(path.iterdir()) and not (replaces is not None and replaces(path)):
                 raise NlptasksError(f"{what} {path}: the folder exists and is not empty", hint="Pick a new folder.")
     if probe:  # a file in the way, a read-only disk: named before the command's long work
         make_folder(path.parent, what, path)
@@ -311,12 +315,18 @@ def check_new_folder(
 
 
 @contextlib.contextmanager
-def atomic_folder(path: Path, what: str = "", inputs: Mapping[str, Path | None] | None = None) -> Iterator[Path]:
+def atomic_folder(
+    path: Path,
+    what: str = "",
+    inputs: Mapping[str, Path | None] | None = None,
+    replaces: Callable[[Path], bool] | None = None,
+) -> Iterator[Path]:
     """A new folder ``path``, built as a temporary sibling (yielded) and renamed into place when the
     block ends without an error; on an error the sibling is removed.  Refused first: an output that
-    is or contains one of ``inputs``, a file, a folder that is not empty."""
+    is or contains one of ``inputs``, a file, a folder that is not empty (unless ``replaces(path)``
+    says it is an earlier output of the same kind: it is then replaced, once the new one is whole)."""
     path = Path(path)
-    check_new_folder(path, what, inputs, probe=False)
+    check_new_folder(path, what, inputs, probe=False, replaces=replaces)
     make_folder(path.parent, what, path)
     temp = _temp_name(path)
     with _creating(path, what):
@@ -333,10 +343,17 @@ def atomic_folder(path: Path, what: str = "", inputs: Mapping[str, Path | None] 
             raise write_failed(found, path, what) from None
         with os_errors(path, what):
             _fsync_tree(temp)
+            aside = None
             if path.is_dir():
-                path.rmdir()  # empty (checked above)
+                if any(path.iterdir()):  # an earlier output that `replaces` accepted
+                    aside = _temp_name(path)
+                    os.rename(path, aside)
+                else:
+                    path.rmdir()
             os.rename(temp, path)
             _fsync_dir(path.parent)
+            if aside is not None:
+                shutil.rmtree(aside, ignore_errors=True)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
