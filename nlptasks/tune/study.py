@@ -130,7 +130,8 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
 @contextlib.contextmanager
 def _lock(path: Path) -> Iterator[Callable[[], None]]:
     """An exclusive lock on ``path`` (``fcntl.flock``); yields ``release`` (idempotent)."""
-    handle = path.open("a")
+    with os_errors(path.parent, "output.dir"):  # a read-only study folder: named
+        handle = path.open("a")
     held = [True]
     try:
         import fcntl
@@ -346,7 +347,7 @@ def tune(
     progress = _progress(total, metric, greater, log)
     try:
         while deadline is None or time.monotonic() < deadline:
-            with os_errors(study_dir, "output.dir"), _lock(study_dir / ".lock") as release:
+            with _lock(study_dir / ".lock") as release:
                 holder.append(release)
                 _fail_gone(the_study, rdb, log)
                 finished, running = _counts(the_study)
