@@ -113,5 +113,8 @@ def test_an_adapter_run_on_a_pickle_base_loads_it_only_as_allowed(cli, tmp_path,
     assert manifest["peft"]["base"]["allow_pickle"] is True
     del manifest["peft"]["base"]["allow_pickle"]  # as if the recipe had not allowed it
     (run_dir / "nlptasks.json").write_text(json.dumps(manifest), encoding="utf-8")
+    from nlptasks.engine.io.checksums import seal
+
+    seal(run_dir)  # a deliberate edit: recorded, or the run's checksums would refuse the changed manifest
     code, _, err = cli("infer", "--model", run_dir, "服务很好")
     assert code == 2 and "Traceback" not in err and "cannot load the run's frozen base" in err

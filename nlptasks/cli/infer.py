@@ -112,6 +112,13 @@ def cmd(args: argparse.Namespace) -> int:
             "nothing to predict: give texts, --file FILE, or pipe lines on stdin",
             hint='Example: nlptasks infer --task cls "这家酒店服务很好，房间也干净"',
         )
+    if args.output is not None:  # an output that is an input is refused before anything loads
+        from nlptasks.inference.streaming import check_output
+
+        no_input = not args.texts and args.file is None
+        check_output(
+            args.output, {"--file": args.file, "--candidates": args.candidates}, sys.stdin if no_input else None
+        )
     run_dir = _infer_run_dir(args)
     logging.getLogger("nlptasks").info("model: %s", run_dir)
     from transformers.utils import logging as hf_logging

@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from nlptasks.engine.io.rundir import MANIFEST, read_manifest, write_json
+from nlptasks.engine.io.outputs import atomic_folder, os_errors
+from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
 from nlptasks.engine.model.peft import ADAPTER_FILES, ADAPTERS_DIR, DEFAULT_ADAPTER, file_sha256
 from nlptasks.errors import NlptasksError, Problem
 
@@ -57,10 +58,10 @@ def add_adapter(run_dir: Path, other_dir: Path, name: str) -> dict[str, Any]:
         )
     source = other_dir / other_info["adapters"][DEFAULT_ADAPTER]["path"]
     target = run_dir / ADAPTERS_DIR / name
-    target.mkdir(parents=True)
-    for file in ADAPTER_FILES:
-        if (source / file).exists():
-            shutil.copy2(source / file, target / file)
+    with atomic_folder(target, "--name", {"OTHER_RUN": other_dir}) as work:  # in place once every file is copied
+        for file in ADAPTER_FILES:
+            if (source / file).exists():
+                shutil.copy2(source / file, work / file)
     task_settings = {k: v for k, v in other.items() if k not in _TASK_KEYS_SKIPPED}
     info["adapters"][name] = {
         "path": f"{ADAPTERS_DIR}/{name}",
@@ -68,7 +69,9 @@ def add_adapter(run_dir: Path, other_dir: Path, name: str) -> dict[str, Any]:
         "from": str(other_dir.resolve()),
         "manifest": task_settings,
     }
-    write_json(run_dir / MANIFEST, manifest)
+    with os_errors(run_dir, "RUN"):
+        write_json(run_dir / MANIFEST, manifest)
+        mark_complete(run_dir)  # sealed again: the manifest and the new adapter's files
     return manifest
 
 

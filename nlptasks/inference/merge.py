@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.io.outputs import atomic_folder
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
 from nlptasks.engine.model.examples import read_examples
 from nlptasks.engine.model.peft import DEFAULT_ADAPTER
@@ -89,9 +90,15 @@ def export_merged(run_dir: Path, out: Path, adapter: str | None = None) -> dict[
     """``nlptasks export RUN --merge OUT``: fold a lora/ia3 adapter into the base weights and save
     a complete run that loads with plain transformers; verify that it predicts as the adapter did.
 
-    Returns the new run's manifest.  A mismatch on the stored inputs is an error (and ``OUT`` is
-    left without its ``COMPLETE`` marker).
+    Returns the new run's manifest.  ``OUT`` is built as a temporary sibling and renamed into place
+    once complete (:func:`~nlptasks.engine.io.outputs.atomic_folder`): a mismatch on the stored
+    inputs, or a failed write, is an error that leaves no ``OUT``.
     """
+    with atomic_folder(out, "--merge", {"RUN": run_dir}) as work:
+        return _merge_into(run_dir, work, adapter)
+
+
+def _merge_into(run_dir: Path, out: Path, adapter: str | None) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     manifest = read_manifest(run_dir)

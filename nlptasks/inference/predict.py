@@ -57,38 +57,49 @@ def predict_to(predictor: Any, request: Request) -> int:
     if request.candidates is not None and request.top_k < 1:
         raise NlptasksError("--top-k must be at least 1")
     stdin = request.stdin or sys.stdin
-    out = streaming.open_output(request.output) if request.output is not None else (request.stdout or sys.stdout)
+    if request.output is None:
+        return _write_all(predictor, request, task_fmt, out_fmt, request.stdout or sys.stdout, stdin)
+    # written to a temporary file, renamed over --output once every result is in; an error on the
+    # way leaves --output as it was
+    out = streaming.open_output(request.output, {"--file": request.file, "--candidates": request.candidates})
     try:
-        writer: Any
-        if task_fmt is not None:
-            writer = streaming.TaskFormatWriter(predictor, task_fmt, out)
-        elif out_fmt == "csv":
-            writer = streaming.CsvWriter(out)
-        else:
-            writer = streaming.JsonlWriter(out)
-        if request.candidates is not None:
-            queries = list(request.texts) if request.texts else list(_inputs(request, None, predictor, stdin))
-            writer.write(_rank(predictor, request, queries))
-            return len(queries)
-        if request.texts:  # one call: a task may read consecutive texts as the fields of one input
-            writer.write(streaming.predict_chunk(predictor, list(request.texts)))
-            return len(request.texts)
-        total = None
-        if request.progress and request.file is not None and task_fmt is None:
-            total = streaming.count_rows(request.file)
-        source = str(request.file) if request.file is not None else "<stdin>"
-        return streaming.stream_predictions(
-            predictor,
-            _inputs(request, task_fmt, predictor, stdin),
-            writer.write,
-            chunk_rows=request.chunk_rows,
-            total=total,
-            progress=request.progress,
-            source=source,
-        )
-    finally:
-        if request.output is not None:
-            out.close()
+        count = _write_all(predictor, request, task_fmt, out_fmt, out, stdin)
+    except BaseException:
+        out.discard()
+        raise
+    out.commit()
+    return count
+
+
+def _write_all(predictor: Any, request: Request, task_fmt: str | None, out_fmt: str, out: Any, stdin: TextIO) -> int:
+    """The results of ``request`` written to ``out`` in the chosen format; the number of inputs."""
+    writer: Any
+    if task_fmt is not None:
+        writer = streaming.TaskFormatWriter(predictor, task_fmt, out)
+    elif out_fmt == "csv":
+        writer = streaming.CsvWriter(out)
+    else:
+        writer = streaming.JsonlWriter(out)
+    if request.candidates is not None:
+        queries = list(request.texts) if request.texts else list(_inputs(request, None, predictor, stdin))
+        writer.write(_rank(predictor, request, queries))
+        return len(queries)
+    if request.texts:  # one call: a task may read consecutive texts as the fields of one input
+        writer.write(streaming.predict_chunk(predictor, list(request.texts)))
+        return len(request.texts)
+    total = None
+    if request.progress and request.file is not None and task_fmt is None:
+        total = streaming.count_rows(request.file)
+    source = str(request.file) if request.file is not None else "<stdin>"
+    return streaming.stream_predictions(
+        predictor,
+        _inputs(request, task_fmt, predictor, stdin),
+        writer.write,
+        chunk_rows=request.chunk_rows,
+        total=total,
+        progress=request.progress,
+        source=source,
+    )
 
 
 def _inputs(request: Request, task_fmt: str | None, predictor: Any, stdin: TextIO) -> Any:

@@ -4,17 +4,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.io.rundir import remake_command
 from nlptasks.engine.model.introspect import position_limit
-from nlptasks.errors import NlptasksError
+from nlptasks.errors import NlptasksError, first_line
 from nlptasks.inference.backends import backend_for
+from nlptasks.inference.onnx_backend import ONNX_FILE
 from nlptasks.inference.torch_backend import adapter_path
 from nlptasks.types import LoadOptions
 
-__all__ = ["LEGACY_OPTIONS", "choose", "load_run", "load_trained_model", "options_of"]
+__all__ = ["LEGACY_OPTIONS", "choose", "damaged_files", "load_run", "load_trained_model", "options_of"]
 
 LEGACY_OPTIONS = "__load_options__"
 """Where the manifest handed to a two-argument ``nlptasks_load_predictor`` carries the options
@@ -50,7 +53,35 @@ def load_trained_model(
     run_dir = Path(run_dir)
     options = options_of(manifest, options)
     backend = backend_for(run_dir, manifest, options)
-    return backend.load_model(run_dir, manifest, auto_class, options.but(backend=backend.name))
+    with damaged_files(run_dir, manifest):
+        return backend.load_model(run_dir, manifest, auto_class, options.but(backend=backend.name))
+
+
+_LOADERS = ("safetensors", "onnxruntime", "google.protobuf", "onnx")
+"""Modules whose exceptions, raised while a model loads, mean its files cannot be read."""
+
+
+@contextlib.contextmanager
+def damaged_files(run_dir: Path, manifest: Mapping[str, Any]) -> Iterator[None]:
+    """A model file that cannot be read (missing, empty, truncated, not a model) while the block loads
+    the model of ``run_dir``: an error naming the folder's model file and the library's reason, with
+    the command that makes the folder again, instead of the library's traceback.  (A folder with
+    ``SHA256SUMS`` is checked before it loads; this covers older folders and damage the checksums
+    cannot see, such as a file changed while it loads.)"""
+    try:
+        yield
+    except NlptasksError:
+        raise
+    except Exception as exc:
+        module = type(exc).__module__ or ""
+        if not isinstance(exc, OSError) and not module.startswith(_LOADERS):
+            raise
+        weights = ONNX_FILE if manifest.get("backend") == "onnx" else "model.safetensors"
+        raise NlptasksError(
+            f"{run_dir}: cannot load the model ({weights} and the files beside it): {first_line(exc)}",
+            hint=f"A file of the folder is missing or damaged: make it again: {remake_command(run_dir, dict(manifest))}"
+            "   (or restore the folder from a copy)",
+        ) from None
 
 
 def load_run(
@@ -70,7 +101,8 @@ def load_run(
                 f"--max-length {options.max_length}: the run's model has positions for {limit} tokens",
                 hint=f"Use --max-length {limit} or less (or leave it out: the run's own).",
             )
-    return AutoTokenizer.from_pretrained(run_dir), model
+    with damaged_files(Path(run_dir), manifest):
+        return AutoTokenizer.from_pretrained(run_dir), model
 
 
 def choose(manifest: dict[str, Any], run_dir: Path, adapter: str | None, base_only: bool) -> dict[str, Any]:

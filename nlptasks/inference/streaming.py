@@ -16,11 +16,12 @@ import csv
 import itertools
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from nlptasks.engine.io.files import csv_dicts, decoded_lines, regular_file
+from nlptasks.engine.io.outputs import OutputFile, probe, refuse_inputs
 from nlptasks.errors import DataError, NlptasksError
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "OUTPUT_FORMATS",
     "TABLE_SUFFIXES",
     "TaskFormatWriter",
+    "check_output",
     "chunked",
     "count_rows",
     "file_kind",
@@ -275,12 +277,27 @@ def _fields_of_lines(chunk: list[Any], results: list[Any]) -> bool:
     return bool(results) and all(isinstance(x, str) for x in chunk) and len(chunk) % len(results) == 0
 
 
-def open_output(path: Path | None) -> TextIO:
-    """``--output FILE`` (created with its folder), or stdout."""
+def open_output(path: Path | None, inputs: Mapping[str, Path | None] | None = None) -> Any:
+    """``--output FILE`` as an :class:`~nlptasks.engine.io.outputs.OutputFile` (its folder created;
+    written to a temporary file that ``commit()`` renames over FILE), or stdout.  An output that is
+    one of ``inputs`` (label → path, e.g. ``{"--file": ...}``) is refused before anything is written."""
     if path is None:
         return sys.stdout
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path.open("w", encoding="utf-8", newline="")
-    except OSError as exc:
-        raise NlptasksError(f"--output {path}: cannot write: {exc.strerror}") from None
+    refuse_inputs(path, inputs or {}, "--output")
+    return OutputFile(path, "--output")
+
+
+def check_output(path: Path, inputs: Mapping[str, Path | None], stdin: Any = None) -> None:
+    """Refuse ``--output FILE`` when it is one of ``inputs`` (label → path) or, with ``stdin`` (the
+    stream inputs are read from), the file redirected to stdin; what ``nlptasks infer`` checks
+    before it loads anything."""
+    named = dict(inputs)
+    if stdin is not None:
+        try:
+            fd = stdin.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = None
+        if fd is not None and Path(f"/dev/fd/{fd}").exists():
+            named["stdin"] = Path(f"/dev/fd/{fd}")
+    refuse_inputs(path, named, "--output")
+    probe(path, "--output")  # a folder, a file in the way, a read-only disk: named before the model loads

@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.context import RunContext
+from nlptasks.engine.io.outputs import atomic_folder, check_new_folder
 from nlptasks.engine.io.rundir import write_json, write_text_atomic
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
 from nlptasks.inference.backends import backend_table
 from nlptasks.inference.loading import prepare_load
+from nlptasks.inference.runs import damaged_files
 from nlptasks.inference.streaming import JsonlWriter
 from nlptasks.pipeline.assembly import assemble
 from nlptasks.pipeline.steps import library_progress_bars, load_recipe
@@ -89,10 +91,10 @@ def evaluate_run(
             "for the Trainer to evaluate",
             hint="Evaluate the run with --backend torch (or auto).",
         )
-    files = [Path(f) for f in files]
-    if not files:
+    paths = [Path(f) for f in files]
+    if not paths:
         raise NlptasksError("nothing to evaluate: give --data FILE (labelled data in the run's task format)")
-    for f in files:
+    for f in paths:
         if not f.exists():
             raise NlptasksError(f"--data {f}: no such file or folder")
     overrides = list(overrides)
@@ -105,13 +107,31 @@ def evaluate_run(
             f"{recipe_file}: cannot read the run's recipe: {exc}",
             hint="nlptasks eval needs the recipe.toml that nlptasks run writes into every run.",
         ) from None
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(output) if output is not None else run_dir / EVAL_DIR / stamp
+    if output is not None:
+        base = Path(output)
+    else:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        base, n = run_dir / EVAL_DIR / stamp, 2
+        while base.exists():
+            base, n = run_dir / EVAL_DIR / f"{stamp}-{n}", n + 1
+    outputs = [base] if len(paths) == 1 else [base / _folder_name(f, paths) for f in paths]
+    inputs: dict[str, Path | None] = {"RUN": run_dir, **{f"--data {f}": f for f in paths}}
+    for out in outputs:  # before anything loads: an output that is an input, a file, a full folder
+        check_new_folder(out, "--output", inputs, replaces=earlier_eval)
     results = []
-    for f in files:
-        out = base if len(files) == 1 else base / _folder_name(f, files)
+    for f, out in zip(paths, outputs, strict=True):
         results.append(_evaluate_file(run_dir, manifest, backend, raw, f, overrides, out, host, progress))
     return results
+
+
+def earlier_eval(folder: Path) -> bool:
+    """Whether ``folder`` holds an earlier evaluation (its ``metrics.json`` names a run and a source),
+    which ``eval -o`` may replace; any other folder that is not empty is refused."""
+    try:
+        record = json.loads((folder / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"run", "source", TEST} <= set(record)
 
 
 def _refuse_model_overrides(overrides: list[str]) -> None:
@@ -160,14 +180,39 @@ def _evaluate_file(
         raise NlptasksError(
             f"{run_dir}: the recipe's task {loaded.task.name!r} is not the run's {manifest.get('task')!r}"
         )
-    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=out)
+    with atomic_folder(
+        out, "--output", {"RUN": run_dir, "--data": path}, replaces=earlier_eval
+    ) as work:  # renamed to out when complete
+        return _score(run_dir, manifest, backend, loaded, path, out, work, host, progress, started)
+
+
+def _score(
+    run_dir: Path,
+    manifest: dict[str, Any],
+    backend: Any,
+    loaded: Any,
+    path: Path,
+    out: Path,
+    work: Path,
+    host: Host,
+    progress: bool,
+    started: float,
+) -> EvalResult:
+    """Score ``path`` with the run, writing the eval folder ``out`` in ``work`` (its temporary sibling)."""
+    ctx = RunContext(recipe=loaded.recipe, task=loaded.task, options=loaded.options, output_dir=work)
     ctx.trained_run, ctx.trained_manifest = run_dir, manifest
     label_fields = list(loaded.task.label_fields_for(loaded.options))
     assert backend.eval_module is not None
-    ctx.trained_model = lambda auto_class: backend.eval_module(run_dir, manifest, auto_class, label_fields)
+
+    def trained_model(auto_class: str) -> Any:
+        with damaged_files(run_dir, manifest):
+            return backend.eval_module(run_dir, manifest, auto_class, label_fields)
+
+    ctx.trained_model = trained_model
     from transformers import AutoTokenizer
 
-    ctx.tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    with damaged_files(run_dir, manifest):
+        ctx.tokenizer = AutoTokenizer.from_pretrained(run_dir)
     ctx.labels = list(manifest["labels"]) if manifest.get("labels") is not None else None
     hooks = host.hooks_for(loaded.task)
     with library_progress_bars(progress):
@@ -189,8 +234,8 @@ def _evaluate_file(
         errors=None if errors is None else len(errors),
         seconds=seconds,
     )
-    _write(ctx, run_dir, result, errors, sections)
     shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)  # the Trainer's output folder: nothing is trained
+    _write(ctx, run_dir, result, errors, sections)
     return result
 
 
@@ -219,8 +264,7 @@ def _steps(
 def _write(
     ctx: RunContext, run_dir: Path, result: EvalResult, errors: list[dict[str, Any]] | None, sections: list[str]
 ) -> None:
-    out = result.output_dir
-    out.mkdir(parents=True, exist_ok=True)
+    out = ctx.output_dir  # the temporary sibling of result.output_dir
     write_json(
         out / "metrics.json",
         {

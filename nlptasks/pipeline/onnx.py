@@ -22,7 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlptasks.engine.io.rundir import MANIFEST, read_manifest, write_json, write_text_atomic
+from nlptasks.engine.io.outputs import atomic_folder
+from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json, write_text_atomic
 from nlptasks.inference.loading import load_predictor
 from nlptasks.inference.onnx_export import DEFAULT_OPSET, export_onnx
 from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
@@ -209,19 +210,21 @@ def export_and_measure(
 
     Returns ``(manifest, warnings)``: a warning per gold accuracy that drops by more than
     ``max_drop`` points, and for fp32 per changed prediction count."""
-    manifest = export_onnx(
-        run_dir,
-        out,
-        quantize=quantize,
-        opset=opset,
-        adapter=adapter,
-        int8_weights=int8_weights,
-        calibration_rows=calibration_rows,
-    )
-    measured = measure(run_dir, out, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
-    manifest["onnx"]["measured"] = measured
-    write_json(out / MANIFEST, manifest)
-    write_text_atomic(out / "README.md", _card(run_dir, out, manifest))
+    with atomic_folder(out, "--onnx", {"RUN": run_dir}) as work:  # renamed to OUT once complete
+        manifest = export_onnx(
+            run_dir,
+            work,
+            quantize=quantize,
+            opset=opset,
+            adapter=adapter,
+            int8_weights=int8_weights,
+            calibration_rows=calibration_rows,
+        )
+        measured = measure(run_dir, work, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
+        manifest["onnx"]["measured"] = measured
+        write_json(work / MANIFEST, manifest)
+        write_text_atomic(work / "README.md", _card(run_dir, out, manifest))
+        mark_complete(work)  # sealed again: the manifest changed
     warnings = []
     for key, figures in measured.get("gold", {}).items():
         if -figures["change_points"] > max_drop:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.io.outputs import atomic_file, write_text
 from nlptasks.recipe import OutputConfig, dump_toml, read_toml
 
 __all__ = [
@@ -161,7 +162,7 @@ def write_plots(study: Any, study_dir: Path, metric: str, rows: list[TrialRow]) 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # optuna's ExperimentalWarning on its matplotlib plots
         ax = plot_optimization_history(study, target_name=metric)
-        ax.figure.savefig(study_dir / HISTORY_PNG, dpi=100, bbox_inches="tight")
+        _save_figure(ax.figure, study_dir / HISTORY_PNG)
         plt.close(ax.figure)
         if complete < 2:
             notes.append(
@@ -171,11 +172,17 @@ def write_plots(study: Any, study_dir: Path, metric: str, rows: list[TrialRow]) 
             return notes
         try:
             ax = plot_param_importances(study, target_name=metric)
-            ax.figure.savefig(study_dir / IMPORTANCE_PNG, dpi=100, bbox_inches="tight")
+            _save_figure(ax.figure, study_dir / IMPORTANCE_PNG)
             plt.close(ax.figure)
         except (RuntimeError, ValueError, ZeroDivisionError) as exc:
             notes.append(f"{IMPORTANCE_PNG} not drawn: {exc}")
     return notes
+
+
+def _save_figure(figure: Any, path: Path) -> None:
+    """``figure`` as a PNG, written atomically (write errors named)."""
+    with atomic_file(path, "output.dir", binary=True) as fh:
+        figure.savefig(fh, format="png", dpi=100, bbox_inches="tight")
 
 
 def write_results(
@@ -213,7 +220,7 @@ def write_results(
         else:
             recipe = None
         if recipe is not None:
-            (study_dir / BEST_TOML).write_text(best_toml_text(recipe, best, metric, study_dir), encoding="utf-8")
+            write_text(study_dir / BEST_TOML, best_toml_text(recipe, best, metric, study_dir), "output.dir")
         if best.run_dir is not None and best.run_dir.is_dir():
             try:
                 (study_dir / BEST_LINK).symlink_to(
@@ -230,5 +237,5 @@ def write_results(
         lines += ["No complete trial yet: no best.toml.", ""]
     notes += write_plots(study, study_dir, metric, rows)
     lines += [f"- {n}" for n in notes]
-    (study_dir / RESULTS_MD).write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
+    write_text(study_dir / RESULTS_MD, "\n".join(lines).rstrip() + "\n", "output.dir")
     return rows, best, table, notes

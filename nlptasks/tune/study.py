@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.io.outputs import make_folder, os_errors
 from nlptasks.engine.io.rundir import runs_base
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host
@@ -129,7 +130,8 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
 @contextlib.contextmanager
 def _lock(path: Path) -> Iterator[Callable[[], None]]:
     """An exclusive lock on ``path`` (``fcntl.flock``); yields ``release`` (idempotent)."""
-    handle = path.open("a")
+    with os_errors(path.parent, "output.dir"):  # a read-only study folder: named
+        handle = path.open("a")
     held = [True]
     try:
         import fcntl
@@ -309,8 +311,7 @@ def tune(
     if total < 1 or workers < 1:
         raise NlptasksError("--trials and --workers must be at least 1")
     limit = timeout if timeout is not None else tune_table.timeout
-    study_dir = study_dir_for(loaded, name)
-    study_dir.mkdir(parents=True, exist_ok=True)
+    study_dir = make_folder(study_dir_for(loaded, name), "output.dir")  # a file in the way, a read-only disk: named
     url = storage or f"sqlite:///{study_dir / 'study.db'}"
 
     import optuna
@@ -374,9 +375,10 @@ def tune(
         return load_recipe(recipe, trial_overrides(setup, best.number, best.params), host=host).resolved()
 
     title = f"Study {name}: {Path(recipe).name}"
-    result.rows, result.best, result.table, result.notes = write_results(
-        the_study, study_dir, metric, greater, title, recipe_of
-    )
+    with os_errors(study_dir, "output.dir"):
+        result.rows, result.best, result.table, result.notes = write_results(
+            the_study, study_dir, metric, greater, title, recipe_of
+        )
     bad = [p for p in procs if p.returncode not in (0, None)]
     if bad:
         result.notes.append(

@@ -34,6 +34,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nlptasks.engine.io.checksums import seal, verify
 from nlptasks.errors import NlptasksError
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ __all__ = [
     "mark_complete",
     "read_manifest",
     "read_run_state",
+    "remake_command",
     "resume_command",
     "run_dir_for",
     "runs_base",
@@ -93,21 +95,27 @@ def run_dir_for(loaded: LoadedRecipe) -> Path:
     return path
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``path`` through a temporary file and a rename: readers see the old file or the new
-    one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_json(path: Path, value: Any) -> None:
     """``value`` as indented UTF-8 JSON, written atomically."""
     write_text_atomic(path, json.dumps(value, ensure_ascii=False, indent=2) + "\n")
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file, ``fsync`` and a rename: readers see the old file or
+    the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def mark_complete(run_dir: Path) -> None:
-    """Write the ``COMPLETE`` marker: call it after every other file of the run is written."""
+    """Seal the folder (the sha256 of every file loading reads, in ``SHA256SUMS``: see
+    :mod:`nlptasks.engine.io.checksums`), then write the ``COMPLETE`` marker: call it after every
+    other file of the run is written, and again after changing one (the manifest, an adapter)."""
+    seal(run_dir)
     write_text_atomic(run_dir / COMPLETE, _dt.datetime.now().isoformat(timespec="seconds") + "\n")
 
 
@@ -126,9 +134,12 @@ def resume_command(run_dir: Path) -> str:
     return f"nlptasks run {recipe} --resume {run_dir}"
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
+def read_manifest(run_dir: Path, check: bool = True) -> dict[str, Any]:
     """The manifest of a complete run; an incomplete or foreign folder is an error saying what
-    to do (every consumer of runs reads them through here: infer, export, add-adapter, load)."""
+    to do (every consumer of runs reads them through here: infer, eval, serve, export,
+    add-adapter, load).  With ``check`` the files loading reads are checked against the run's
+    ``SHA256SUMS`` first (:func:`~nlptasks.engine.io.checksums.verify`): a missing or damaged one
+    is an error naming it."""
     path = run_dir / MANIFEST
     if not (run_dir / COMPLETE).exists():
         if (run_dir / RUN_STATE).exists():
@@ -142,9 +153,30 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
             hint="Point --model at a folder made by `nlptasks run`, or run a recipe first.",
         )
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise NlptasksError(f"{path}: cannot read the run manifest: {exc}") from None
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NlptasksError(
+            f"{path}: cannot read the run manifest: {exc}", hint=f"Make it again: {remake_command(run_dir, {})}"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise NlptasksError(
+            f"{path}: the run manifest is not a JSON object", hint=f"Make it again: {remake_command(run_dir, {})}"
+        )
+    if check:
+        verify(run_dir, remake_command(run_dir, manifest))
+    return manifest
+
+
+def remake_command(run_dir: Path, manifest: dict[str, Any]) -> str:
+    """The command that makes ``run_dir`` again: its export (``--onnx``, ``--merge``) from the run it
+    came from, else the run of its resolved recipe."""
+    onnx = manifest.get("onnx")
+    if isinstance(onnx, dict) and onnx.get("exported_from"):
+        return f"nlptasks export {onnx['exported_from']} --onnx NEW_FOLDER"
+    merged = manifest.get("merged_from")
+    if isinstance(merged, dict) and merged.get("run"):
+        return f"nlptasks export {merged['run']} --merge NEW_FOLDER --adapter {merged.get('adapter', 'default')}"
+    return f"nlptasks run {run_dir / 'recipe.toml'} --set output.run_name=NEW_NAME"
 
 
 def latest_run(task: str, runs_dir: Path | None = None) -> Path | None:
