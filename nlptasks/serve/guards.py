@@ -111,7 +111,7 @@ class BodyGuardMiddleware:
         while True:
             try:
                 message = await asyncio.wait_for(receive(), self.read_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._stalled(send, size, declared)
                 return
             if message["type"] != "http.request":  # the client left before sending the body
