@@ -47,7 +47,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--calibration-rows",
-        type=int,
+        type=int_in(1, 100_000),
         default=128,
         metavar="N",
         help="with --quantize int8: rows of the run's training file (else validation, else test) "
