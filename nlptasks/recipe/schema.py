@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from nlptasks.peft_support import VIRTUAL_TOKEN_METHODS
+from nlptasks.recipe.peft_table import PEFT_METHOD_KEYS, PeftConfig
+from nlptasks.recipe.section import Section
 from nlptasks.recipe.tuning import TuneConfig, TuneDistribution
 
 __all__ = [
@@ -39,10 +40,6 @@ def _no_nul(value: Any) -> Any:
     if isinstance(value, str) and "\0" in value:
         raise ValueError(f"a path cannot contain a NUL character (got {value!r})")
     return value
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True, allow_inf_nan=False)
 
 
 class SplitConfig(Section):
@@ -88,9 +85,11 @@ class DataConfig(Section):
     )
     split: SplitConfig = Field(default_factory=SplitConfig, description="Random split settings.")
     max_train_rows: int | None = Field(
-        None, ge=1, description="Use only the first N training rows (quick experiments)."
+        None, ge=1, le=10**12, description="Use only the first N training rows (quick experiments)."
     )
-    max_eval_rows: int | None = Field(None, ge=1, description="Use only the first N rows of validation and of test.")
+    max_eval_rows: int | None = Field(
+        None, ge=1, le=10**12, description="Use only the first N rows of validation and of test."
+    )
 
     @field_validator("train", "validation", "test", "hub", "hub_config", mode="before")
     @classmethod
@@ -123,25 +122,30 @@ class ScratchConfig(Section):
         description="Vocabulary built from the training texts: 'char' (one token per character; "
         "Chinese), 'wordpiece' or 'bpe' (sub-words; English).",
     )
-    vocab_size: int = Field(8000, ge=16, description="Largest vocabulary to build (special tokens included).")
-    min_frequency: int = Field(2, ge=1, description="Keep tokens seen at least this many times.")
+    vocab_size: int = Field(8000, ge=16, le=2**20, description="Largest vocabulary to build (special tokens included).")
+    min_frequency: int = Field(2, ge=1, le=10**9, description="Keep tokens seen at least this many times.")
     lowercase: bool = Field(False, description="Lower-case texts before building the vocabulary.")
     layers: int = Field(
         2,
         ge=1,
+        le=512,
         description="Number of transformer layers, in the encoder and in the decoder (every layer count "
         "the architecture has: T5's num_layers and num_decoder_layers, BART's encoder_layers and decoder_layers...).",
     )
     hidden: int = Field(
         256,
         ge=8,
+        le=65536,
         description="Hidden size (hidden_size, d_model, n_embd..., whatever the "
         "architecture calls it); each head's size is hidden / heads.",
     )
-    heads: int = Field(4, ge=1, description="Attention heads (must divide hidden), in the encoder and the decoder.")
+    heads: int = Field(
+        4, ge=1, le=1024, description="Attention heads (must divide hidden), in the encoder and the decoder."
+    )
     intermediate: int = Field(
         1024,
         ge=8,
+        le=262144,
         description="Feed-forward size, in the encoder and the decoder "
         "(intermediate_size, d_ff, encoder_ffn_dim and decoder_ffn_dim, n_inner...).",
     )
@@ -192,115 +196,31 @@ class ModelConfig(Section):
         return self
 
 
-PeftMethod = Literal["lora", "prefix", "p_tuning", "prompt", "ia3", "none"]
-
-# Which [peft] keys belong to which method (the rest apply to every method).
-PEFT_METHOD_KEYS: dict[str, tuple[PeftMethod, ...]] = {
-    "r": ("lora",),
-    "alpha": ("lora",),
-    "dropout": ("lora",),
-    "bias": ("lora",),
-    "target_modules": ("lora", "ia3"),
-    "feedforward_modules": ("ia3",),
-    "num_virtual_tokens": VIRTUAL_TOKEN_METHODS,
-    "prefix_projection": ("prefix",),
-    "encoder_hidden_size": ("prefix", "p_tuning"),
-    "encoder_type": ("p_tuning",),
-    "encoder_layers": ("p_tuning",),
-    "encoder_dropout": ("p_tuning",),
-    "prompt_init_text": ("prompt",),
-}
-
-
-class PeftConfig(Section):
-    """Parameter-efficient fine-tuning: train a small adapter on a frozen base model.
-
-    The engine wraps the model that step 5 builds with the chosen method (see docs/peft.md for
-    what each method does and which tasks support it).  A run saves only the adapter (and, for a
-    model built from scratch, the frozen random base under ``base/``).  A key that belongs to
-    another method than ``method`` is an error naming the key.
-    """
-
-    method: PeftMethod = Field(
-        description="'lora' (low-rank updates), 'ia3' (learned scaling vectors), 'prefix' (trained key/value "
-        "prefixes in every layer), 'p_tuning' (virtual tokens from a small encoder), 'prompt' (virtual tokens); "
-        "'none' switches the whole [peft] table off (e.g. --set peft.method=none trains every weight)."
-    )
-    r: int = Field(8, ge=1, description="lora: rank of the update matrices.")
-    alpha: float = Field(16.0, gt=0, description="lora: scaling numerator; updates are scaled by alpha / r.")
-    dropout: float = Field(0.05, ge=0, lt=1, description="lora: dropout on the adapter's input.")
-    bias: Literal["none", "all", "lora_only"] = Field(
-        "none", description="lora: which biases to train ('none' keeps every bias frozen)."
-    )
-    target_modules: list[str] | str | None = Field(
-        None,
-        description="lora, ia3: modules to adapt, as a list of name suffixes (['query', 'value']) or one regex "
-        "matched against the full module name. Default: peft's choice for the architecture (BERT: query and "
-        "value for lora; key, value and output.dense for ia3).",
-    )
-    feedforward_modules: list[str] | str | None = Field(
-        None,
-        description="ia3: which of target_modules are feed-forward layers (scaled on their input). Default: "
-        "peft's choice for the architecture.",
-    )
-    modules_to_save: list[str] | None = Field(
-        None,
-        description="Further modules trained in full and saved with the adapter (the task head, e.g. "
-        "'classifier', is added by peft for classification tasks).",
-    )
-    num_virtual_tokens: int = Field(
-        20,
-        ge=1,
-        description="prefix, p_tuning, prompt: number of virtual tokens (they count against model.max_length).",
-    )
-    prefix_projection: bool = Field(
-        False, description="prefix: compute the prefixes with a two-layer MLP (more parameters, often more stable)."
-    )
-    encoder_hidden_size: int | None = Field(
-        None,
-        ge=1,
-        description="prefix (with prefix_projection), p_tuning: hidden size of the prompt encoder. Default: the "
-        "model's hidden size.",
-    )
-    encoder_type: Literal["MLP", "LSTM"] = Field("MLP", description="p_tuning: the prompt encoder.")
-    encoder_layers: int = Field(2, ge=1, description="p_tuning: layers of the prompt encoder.")
-    encoder_dropout: float = Field(0.0, ge=0, lt=1, description="p_tuning: dropout in the prompt encoder.")
-    prompt_init_text: str | None = Field(
-        None,
-        description="prompt: initialise the virtual tokens from the embeddings of this text (repeated or cut to "
-        "num_virtual_tokens) instead of random values.",
-    )
-    quantization: Literal["none", "8bit", "4bit"] = Field(
-        "none",
-        description="Load the frozen base quantized with bitsandbytes: '4bit' is QLoRA. Needs a CUDA GPU and "
-        "the bitsandbytes package.",
-    )
-    quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4bit: the 4-bit data type.")
-    double_quant: bool = Field(True, description="4bit: quantize the quantization constants too (saves memory).")
-    compute_dtype: Literal["bf16", "fp16", "fp32"] = Field(
-        "bf16", description="4bit: dtype of the matrix products on the dequantized weights."
-    )
-
-
 class TrainConfig(Section):
     """Training settings, mapped onto transformers' TrainingArguments."""
 
-    epochs: float = Field(3.0, gt=0, description="Number of training epochs.")
-    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer steps (overrides epochs).")
-    batch_size: int = Field(16, ge=1, description="Training batch size per device.")
-    eval_batch_size: int | None = Field(None, ge=1, description="Evaluation batch size (default: 2 x batch_size).")
+    epochs: float = Field(3.0, gt=0, le=10000, description="Number of training epochs.")
+    max_steps: int | None = Field(
+        None, ge=1, le=10**9, description="Stop after this many optimizer steps (overrides epochs)."
+    )
+    batch_size: int = Field(16, ge=1, le=65536, description="Training batch size per device.")
+    eval_batch_size: int | None = Field(
+        None, ge=1, le=65536, description="Evaluation batch size (default: 2 x batch_size)."
+    )
     learning_rate: float = Field(5e-5, gt=0, lt=1, description="Peak learning rate.")
     weight_decay: float = Field(0.0, ge=0, lt=1, description="AdamW weight decay.")
     warmup: float = Field(0.0, ge=0, lt=1, description="Fraction of steps with linear learning-rate warmup.")
     scheduler: Literal["linear", "cosine", "constant", "constant_with_warmup"] = Field(
         "linear", description="Learning-rate schedule after warmup."
     )
-    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
+    gradient_accumulation_steps: int = Field(1, ge=1, le=65536, description="Micro-batches per optimizer step.")
     eval_strategy: Literal["epoch", "steps", "no"] = Field(
         "epoch", description="When to evaluate on validation (and save a checkpoint)."
     )
-    eval_steps: int | None = Field(None, ge=1, description="Evaluate every N steps (with eval_strategy = 'steps').")
-    logging_steps: int = Field(50, ge=1, description="Log the training loss every N steps.")
+    eval_steps: int | None = Field(
+        None, ge=1, le=10**9, description="Evaluate every N steps (with eval_strategy = 'steps')."
+    )
+    logging_steps: int = Field(50, ge=1, le=10**9, description="Log the training loss every N steps.")
     keep_best: bool = Field(True, description="Keep the checkpoint with the best validation metric, not the last one.")
     best_metric: str | None = Field(
         None, description="Metric that picks the best checkpoint (default: the task's, e.g. 'accuracy')."
@@ -396,6 +316,7 @@ class OptimizeConfig(Section):
     freeze_layers: int = Field(
         0,
         ge=0,
+        le=10**6,
         description="Freeze the first N transformer layers (N >= the layer count freezes the whole body: only the "
         "head trains).",
     )
@@ -463,6 +384,7 @@ class OutputConfig(Section):
     checkpoint_steps: int | None = Field(
         None,
         ge=1,
+        le=10**9,
         description="Save a resumable checkpoint (model, optimizer, scheduler, RNG and data position) every N "
         "optimizer steps, so that `nlptasks run RECIPE --resume` continues after a crash. Default: none (only "
         "the best-model checkpoints of train.keep_best, which hold the model alone).",
@@ -470,6 +392,7 @@ class OutputConfig(Section):
     checkpoint_limit: int = Field(
         2,
         ge=1,
+        le=10000,
         description="Most checkpoints kept on disk while training (the oldest go first; the newest and, with "
         "train.keep_best, the best one are always kept).",
     )

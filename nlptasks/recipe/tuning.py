@@ -62,10 +62,16 @@ class TuneConfig(Section):
     ignores this table; ``nlptasks validate`` checks it."""
 
     trials: int = Field(
-        10, ge=1, description="Finished trials the study aims at (complete, pruned and failed; --trials overrides)."
+        10,
+        ge=1,
+        le=100000,
+        description="Finished trials the study aims at (complete, pruned and failed; --trials overrides).",
     )
     timeout: float | None = Field(
-        None, gt=0, description="Start no new trial after this many seconds (--timeout overrides). Default: none."
+        None,
+        gt=0,
+        le=10**8,
+        description="Start no new trial after this many seconds (--timeout overrides). Default: none.",
     )
     objective: str | None = Field(
         None,

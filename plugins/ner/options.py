@@ -35,6 +35,7 @@ class NerOptions(BaseModel):
     stride: int = Field(
         16,
         ge=0,
+        le=8192,
         description="Words shared by consecutive windows when a sentence is longer than model.max_length "
         "(must leave room for new words in each window).",
     )

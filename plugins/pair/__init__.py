@@ -94,7 +94,7 @@ class PairOptions(BaseModel):
         "cosent",
         description="Bi-encoder training objective: 'cosent' (classes or scores) or 'contrastive' (binary classes).",
     )
-    scale: float = Field(20.0, gt=0, description="CoSENT scale applied to the cosine similarities.")
+    scale: float = Field(20.0, gt=0, le=1000, description="CoSENT scale applied to the cosine similarities.")
     margin: float = Field(
         0.5, ge=-1, lt=1, description="Contrastive loss: dissimilar pairs are pushed below this cosine."
     )

@@ -45,13 +45,13 @@ class GenerationEval(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     every_steps: int = Field(
-        0, ge=0, description="Also score during training every N optimizer steps (0: only after training)."
+        0, ge=0, le=10**9, description="Also score during training every N optimizer steps (0: only after training)."
     )
-    rows: int = Field(16, ge=1, description="How many validation (and test) rows to generate for.")
+    rows: int = Field(16, ge=1, le=10**6, description="How many validation (and test) rows to generate for.")
     metric: Literal["rouge_l", "char_f1", "exact_match"] = Field(
         "rouge_l", description="Score of a generated answer against the reference answer."
     )
-    max_new_tokens: int = Field(64, ge=1, description="Longest generated answer, in tokens.")
+    max_new_tokens: int = Field(64, ge=1, le=32768, description="Longest generated answer, in tokens.")
 
 
 class SftOptions(BaseModel):
