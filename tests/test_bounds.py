@@ -57,7 +57,9 @@ def test_every_numeric_recipe_key_has_bounds():
 
 
 def test_every_numeric_task_option_has_bounds():
-    missing = [f for spec in get_host().tasks.values() for f in unbounded_fields(spec.options, f"options[{spec.name}].")]
+    missing = [
+        f for spec in get_host().tasks.values() for f in unbounded_fields(spec.options, f"options[{spec.name}].")
+    ]
     assert missing == []
 
 
