@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any
 
-__all__ = ["label_text", "sort_labels"]
+__all__ = ["label_text", "sort_labels", "unique_labels"]
 
 _WHOLE_FLOAT = re.compile(r"([+-]?\d+)\.0+")
 
@@ -35,3 +35,17 @@ def sort_labels(labels: set[str]) -> list[str]:
         return sorted(labels, key=int)
     except ValueError:
         return sorted(labels)
+
+
+def unique_labels(labels: list[str] | None) -> list[str] | None:
+    """A pydantic validator of an ``options.labels`` list: each label once, as :func:`label_text`
+    spells it (``"1"`` and ``"1.0"`` are one label).  ``Annotated[list[str], AfterValidator(unique_labels)]``."""
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels or []):
+        text = label_text(label)
+        if text in seen:
+            raise ValueError(
+                f"{label!r} is listed twice (items {seen[text]} and {i}, counting from 0): give each label once"
+            )
+        seen[text or ""] = i
+    return labels

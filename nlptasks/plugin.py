@@ -40,7 +40,7 @@ from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, Reci
 from nlptasks.hookspecs import hookimpl
 from nlptasks.inference.forward import predict_logits, predict_per_token, sigmoid, softmax
 from nlptasks.inference.runs import load_run, load_trained_model
-from nlptasks.labels import label_text, sort_labels
+from nlptasks.labels import label_text, sort_labels, unique_labels
 from nlptasks.metrics import classification_report, correlations
 from nlptasks.peft_support import VIRTUAL_TOKEN_METHODS
 from nlptasks.types import LABEL_KINDS, Backend, Evaluation, Finding, LoadOptions, NoOptions, Predictor, TaskSpec, Usage
@@ -60,6 +60,7 @@ API_GROUPS: dict[str, list[str]] = {
         "text_lines",
         "label_text",
         "sort_labels",
+        "unique_labels",
         "UNKNOWN_LABEL",
     ],
     "Steps 4 and 5: tokenizer and model": [
@@ -161,6 +162,7 @@ __all__ = [
     "text_lines",
     "train_and_evaluate",
     "truncation",
+    "unique_labels",
     "use_segment_attention",
     "with_row_numbers",
     "write_confusion_matrix",

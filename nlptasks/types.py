@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -108,6 +108,9 @@ class TaskSpec:
         against them, and the engine checks each evaluation returns the plain names.
     :param label_fields: the columns of step 4's data that carry labels, each with its kind (see
         :data:`LABEL_KINDS`); ``nlptasks inspect-batch`` shows from them which tokens are in the loss.
+    :param recipe_problems: a function of the validated recipe and options that yields ``(key path,
+        message)`` for every option that the rest of the recipe makes unusable (``options.stride``
+        against ``model.max_length``); ``nlptasks validate`` and ``run`` report them with the others.
     :param usage: a function of a run's manifest that returns its :class:`Usage`; ``None``: one
         text (``manifest["example"]`` when step 4 recorded one) and the run's labels.
     """
@@ -125,6 +128,7 @@ class TaskSpec:
         default_factory=lambda: {"labels": "example"}
     )
     usage: Callable[[Mapping[str, Any]], Usage] | None = None
+    recipe_problems: Callable[[Any, Any], Iterable[tuple[str, str]]] | None = None
     plugin: str = ""  # filled in by the host: the plugin that registered the task
 
     def __post_init__(self) -> None:

@@ -25,8 +25,10 @@ from nlptasks.engine.system.distributed import is_main
 from nlptasks.engine.training.evaluation import for_splits, name_splits
 from nlptasks.engine.training.optimize import prepare_model
 from nlptasks.engine.training.ordering import order_evaluation, order_training
+from nlptasks.engine.training.structure import model_problems
 from nlptasks.engine.training.throughput import count_training_tokens
 from nlptasks.engine.training.trainer import guard_trainer, training_kwargs, use_readable_logs
+from nlptasks.errors import RecipeError
 
 __all__ = ["Assembly", "assemble"]
 
@@ -48,6 +50,8 @@ def assemble(ctx: RunContext, hooks: Any, data: Any, progress: bool) -> Assembly
     """Steps 5 and 6 now, steps 7 to 8b in the returned ``build`` (see the module docstring)."""
     training = ctx.trained_run is None
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
+    if training and (problems := model_problems(model, ctx.recipe)):  # what validate checks on a config at hand
+        raise RecipeError("recipe", problems)
     model = prepare_model(ctx, model, training=training)  # [optimize]: attention (and freezing when training)
     if training and is_main() and not ctx.state.get(ON_META):  # a few of step 4's examples, as the model takes them
         ctx.output_dir.mkdir(parents=True, exist_ok=True)

@@ -268,6 +268,8 @@ def load_recipe(
             problems += metric_problems(recipe, spec, options)
             problems += column_problems(options)
             problems += tune_metric_problems(recipe, spec, options)
+            if spec.recipe_problems is not None:  # the task's own checks across its options and the recipe
+                problems += [Problem(key, message) for key, message in spec.recipe_problems(recipe, options)]
             if not problems and recipe.tune is not None:  # each searched key, as a trial would set it
                 problems += space_problems(recipe, _checker(path, raw, host))
         _resolve_paths(recipe, base, overridden)

@@ -13,9 +13,9 @@ labels as ``nlptasks infer``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
     ROW_COLUMN,
@@ -48,6 +48,7 @@ from nlptasks.plugin import (
     sort_labels,
     split_overlap,
     truncation,
+    unique_labels,
 )
 
 
@@ -58,7 +59,7 @@ class ClsOptions(BaseModel):
 
     text_column: str = Field("text", description="Column (or JSON key) holding the text.")
     label_column: str = Field("label", description="Column (or JSON key) holding the label.")
-    labels: list[str] | None = Field(
+    labels: Annotated[list[str], AfterValidator(unique_labels)] | None = Field(
         None,
         min_length=2,
         description="Label names in class-id order. Default: the labels found in the training data, sorted.",

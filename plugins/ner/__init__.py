@@ -40,7 +40,7 @@ from nlptasks.plugin import (
 )
 
 from .data import LINE, PREFIXES
-from .options import NerOptions
+from .options import NerOptions, recipe_problems
 from .packing import packed_trainer, resolve_packing
 
 SPLITS = ("train", "validation", "test")
@@ -56,6 +56,7 @@ def register_tasks(register: Any) -> None:
             best_metric="f1",
             greater_is_better=True,
             peft_task_type="TOKEN_CLS",
+            recipe_problems=recipe_problems,
             metrics=(
                 "f1",
                 "precision",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from nlptasks.plugin import unique_labels
 
 
 class NerOptions(BaseModel):
@@ -21,7 +23,7 @@ class NerOptions(BaseModel):
     scheme: Literal["BIO", "IOB1", "BIOES"] = Field(
         "BIO", description="Tag scheme of the data: BIO (IOB2: every entity starts with B-), IOB1, or BIOES."
     )
-    labels: list[str] | None = Field(
+    labels: Annotated[list[str], AfterValidator(unique_labels)] | None = Field(
         None,
         min_length=2,
         description="Every tag, 'O' included, in class-id order. Default: 'O', then for each entity type found "
@@ -70,3 +72,18 @@ class NerOptions(BaseModel):
         description="Training batches as one padding-free row each, attention per sentence (same loss); "
         "'auto': on for SDPA encoders on the CPU with dynamic padding (the log says why not); true: required.",
     )
+
+
+def recipe_problems(recipe: Any, options: NerOptions) -> list[tuple[str, str]]:
+    """``options.stride`` against ``model.max_length``: each word is at least one sub-token, so a
+    stride of max_length words leaves no room for a new word in any window."""
+    if options.overflow == "window" and options.stride >= recipe.model.max_length:
+        return [
+            (
+                "options.stride",
+                f"{options.stride} words of overlap leave no room for new words in a window of at most "
+                f"{recipe.model.max_length} sub-tokens (model.max_length): use a smaller stride, e.g. "
+                f"--set options.stride={recipe.model.max_length // 4}",
+            )
+        ]
+    return []

@@ -24,9 +24,9 @@ the file and row, or, with ``options.bad_rows = "skip"``, dropped and counted.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from nlptasks.plugin import (
     ROW_COLUMN,
@@ -54,6 +54,7 @@ from nlptasks.plugin import (
     row_numbers,
     split_overlap,
     truncation,
+    unique_labels,
 )
 from nlptasks.plugin import label_text as _label_text
 
@@ -77,7 +78,7 @@ class PairOptions(BaseModel):
     text_a_column: str = Field("text_a", description="Column (or JSON key) holding the first text.")
     text_b_column: str = Field("text_b", description="Column (or JSON key) holding the second text.")
     label_column: str = Field("label", description="Column (or JSON key) holding the label or score.")
-    labels: list[str] | None = Field(
+    labels: Annotated[list[str], AfterValidator(unique_labels)] | None = Field(
         None,
         min_length=2,
         description="Class names in class-id order (classes only). Default: the labels of the training data, sorted.",

@@ -37,6 +37,7 @@ from nlptasks.plugin import (
 )
 
 from .packing import packing_collator, resolve_packing
+from .templates import recipe_problems
 
 
 class GenerationEval(BaseModel):
@@ -115,6 +116,7 @@ def register_tasks(register: Any) -> None:
             metrics=_metrics,
             label_fields={"labels": "token"},
             usage=_usage,
+            recipe_problems=recipe_problems,
         )
     )
 

@@ -130,3 +130,18 @@ def loss_labels(input_ids: list[int], offsets: list[tuple[int, int]], spans: lis
         inside = end > start and any(s <= start < e for s, e in spans)
         labels.append(tok if inside else -100)
     return labels
+
+
+def recipe_problems(recipe: Any, options: Any) -> list[tuple[str, str]]:
+    """``options.template = "tokenizer"`` with a ``[model.scratch]`` model: a vocabulary built from
+    the data has no chat template of its own."""
+    if options.template == "tokenizer" and recipe.model.scratch is not None:
+        return [
+            (
+                "options.template",
+                "'tokenizer' (the tokenizer's own chat template), but a from-scratch tokenizer "
+                f"({recipe.model.scratch.tokenizer!r}, built from the data) has none: use one of 'auto', 'chatml', "
+                "'alpaca' (--set options.template=chatml)",
+            )
+        ]
+    return []

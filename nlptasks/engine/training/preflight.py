@@ -8,6 +8,8 @@ pass and no weights.
   feed-forward size: ``model.scratch.extra`` must set it);
 - ``model.max_length`` within the positions the model has (a local model's ``config.json``;
   a scratch model's ``max_position_embeddings`` when ``model.scratch.extra`` sets it);
+- the model's structure, built from its config on the meta device (:mod:`.structure`): the
+  architecture's kind against the task's head, ``peft.target_modules``, the freezing options;
 - ``train.extra``: built into ``TrainingArguments`` with the rest of ``[train]`` exactly as a run
   builds them, so a wrong type, a value out of range, an unknown key or an optimizer whose package
   is missing is an error naming the key; ``push_to_hub`` with the hub switched off.
@@ -49,6 +51,10 @@ def preflight_problems(loaded: LoadedRecipe) -> list[Problem]:
         if not problems:
             problems += _scratch_build_problems(recipe, loaded.task.peft_task_type_for(loaded.options))
     problems += _position_problems(recipe)
+    if not problems:  # the model's structure, from its config on the meta device
+        from nlptasks.engine.training.structure import structure_problems
+
+        problems += structure_problems(loaded)
     if recipe.train.extra:
         problems += _training_argument_problems(loaded)
     return problems
