@@ -109,6 +109,8 @@ def test_dirty_data_file(cli, tmp_path, entry):
     text = out + err
     if code != 0:
         assert_clean_error(err)
+        if command == "run":  # refused before training: no incomplete run folder is left behind
+            assert not list((tmp_path / "runs").glob("*/*")), list((tmp_path / "runs").glob("*/*"))
     for fragment in entry["expect"]:
         assert fragment in text, (fragment, text)
 

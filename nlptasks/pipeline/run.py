@@ -119,14 +119,19 @@ def run(
             "distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend()
         )
 
+    fresh = not resuming and not output_dir.exists()  # a refused run leaves no folder it made
     try:
         with library_progress_bars(progress):
             metrics, trainer, data = _steps(ctx, hooks, loaded, progress)
             seconds = time.perf_counter() - started
             manifest = save_run(ctx, host, trainer, metrics, seconds, loaded, hooks, data)
     except OSError as exc:
+        _discard_if_refused(ctx, output_dir, fresh)
         raise write_error(exc, output_dir) from None
-    except Exception as exc:
+    except BaseException as exc:
+        _discard_if_refused(ctx, output_dir, fresh)
+        if not isinstance(exc, Exception):
+            raise
         io_error = wrapped_io_error(exc, output_dir)
         if io_error is None:
             raise
@@ -138,6 +143,18 @@ def run(
         manifest=manifest,
         usage=loaded.task.usage_for(manifest),
     )
+
+
+_TRAINING = "nlptasks.training_started"
+
+
+def _discard_if_refused(ctx: RunContext, output_dir: Path, fresh: bool) -> None:
+    """Remove the run folder this run made when it stopped before training began (a refused
+    recipe or data set leaves no incomplete run behind)."""
+    from nlptasks.engine.system.distributed import is_main
+
+    if fresh and not ctx.state.get(_TRAINING) and is_main():
+        shutil.rmtree(output_dir, ignore_errors=True)
 
 
 def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) -> tuple[dict[str, Any], Any, Any]:
@@ -165,6 +182,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     from nlptasks.pipeline.assembly import assemble
 
     assembly = assemble(ctx, hooks, data, progress)  # 5-6 now, 7-8b in assembly.build
+    ctx.state[_TRAINING] = True  # from here on, a failed run keeps its folder (checkpoints, --resume)
     metrics, trainer = train_with_oom_fallback(  # 9
         ctx,
         assembly.build,
