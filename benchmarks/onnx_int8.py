@@ -9,7 +9,7 @@ predicts the test file at batch 1 and batch 32: test accuracy, labels that diffe
 the largest score gap, and rows per CPU second at each batch size (one thread, model load
 excluded; CPU time, not wall time, because the machine is shared: wall figures are in the JSON).
 
-    python benchmarks/onnx_int8.py --model runs/cls/<run> --json onnx-int8.json
+    python benchmarks/onnx_int8.py --model runs/cls/<run> --json onnx-int8.json --docs   # table into docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _docs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "sst2" / "test.csv"
@@ -39,7 +41,9 @@ def main() -> int:
     )
     p.add_argument("--torch", action="store_true", help="also the torch fp32 run")
     p.add_argument("--json", type=Path, help="write the figures to this file")
+    _docs.add_arguments(p)
     args = p.parse_args()
+    info = _docs.start(__file__, sys.argv[1:])
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -105,15 +109,16 @@ def main() -> int:
             **exports.get(name, {}),
         }
         print(name, json.dumps(figures[name]), file=sys.stderr)
-    print(
-        "| model | test accuracy (b32 / b1) | labels differ b32 vs b1 | largest score gap | rows/CPU-s b1 | rows/CPU-s b32 |"
-    )
-    print("|---|---|---|---|---|---|")
+    lines = [
+        "| model | test accuracy (b32 / b1) | labels differ b32 vs b1 | largest score gap | rows/CPU-s b1 | rows/CPU-s b32 |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, f in figures.items():
-        print(
+        lines.append(
             f"| {name} | {f['accuracy_b32']:.4f} / {f['accuracy_b1']:.4f} | {f['labels_differ_b32_vs_b1']} of "
             f"{len(texts):,} | {f['max_score_gap_b32_vs_b1']:.1e} | {f['rows_per_s_b1']:.0f} | {f['rows_per_s_b32']:.0f} |"
         )
+    _docs.publish(args, _docs.block_name(__file__), info, "\n".join(lines) + "\n")
     if args.json:
         args.json.write_text(json.dumps({"data": str(args.data), "figures": figures}, indent=2) + "\n")
     return 0
