@@ -93,6 +93,9 @@ def test_kill_and_resume_gives_the_uninterrupted_metrics(tmp_path):
         for key in ("loss", "accuracy", "f1_macro"):
             assert again[split][key] == pytest.approx(whole[split][key], abs=1e-6), (split, key)
     assert again["train"]["best_step"] == whole["train"]["best_step"]
+    # the totals cover the whole run, not the part after the resume (issue 28)
+    assert again["train"]["loss"] == pytest.approx(whole["train"]["loss"], abs=1e-6)
+    assert again["train"]["tokens"] == whole["train"]["tokens"]
 
 
 def _losses(run_dir: Path) -> list[float]:
@@ -147,6 +150,8 @@ def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_pa
     assert f"from checkpoint-{step}" in err
     whole, again = read_metrics(uninterrupted), read_metrics(crashed)
     assert again["train"].get("best_step") == whole["train"].get("best_step")
+    assert again["train"]["loss"] == pytest.approx(whole["train"]["loss"], abs=1e-6)  # the whole run's
+    assert again["train"]["tokens"] == whole["train"]["tokens"]
     for split in ("validation", "test"):
         assert again[split] == {
             k: pytest.approx(v, abs=1e-6) for k, v in whole[split].items() if not k.endswith(("runtime", "per_second"))

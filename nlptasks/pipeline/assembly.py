@@ -43,7 +43,7 @@ class Assembly:
     compute_metrics: Callable[[Any], dict[str, float]] | None
     kwargs: dict[str, Any]
     build: Callable[[dict[str, Any]], Any]
-    counted: list[dict[str, int]] = field(default_factory=list)
+    counted: list[dict[str, Any]] = field(default_factory=list)
 
 
 def assemble(ctx: RunContext, hooks: Any, data: Any, progress: bool) -> Assembly:
@@ -76,7 +76,7 @@ def assemble(ctx: RunContext, hooks: Any, data: Any, progress: bool) -> Assembly
         )
         use_readable_logs(trainer, ctx, progress)
         guard_trainer(trainer, ctx)  # checkpoints every N steps, NaN stop, --resume
-        assembly.counted.append(count_training_tokens(trainer))  # tokens/s, padding fraction, MFU
+        assembly.counted.append(count_training_tokens(trainer, ctx.resume_from))  # tokens, loss, tokens/s, MFU
         order_training(trainer, ctx)  # length-grouped epochs drawn from seed and epoch: --resume replays them
         order_evaluation(trainer, ctx)  # length-sorted evaluation batches, results in data order
         name_splits(trainer, ctx, data)  # ctx.evaluating names the split around evaluate/predict

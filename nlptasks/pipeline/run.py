@@ -178,7 +178,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     if "train" not in data or len(data["train"]) == 0:
         raise NlptasksError(f"no training rows left after preprocessing ({ctx.sources.get('train', 'train')})")
     from nlptasks.engine.training.optimize import train_with_oom_fallback
-    from nlptasks.engine.training.throughput import throughput_figures
+    from nlptasks.engine.training.throughput import throughput_figures, whole_run_loss
     from nlptasks.pipeline.assembly import assemble
 
     assembly = assemble(ctx, hooks, data, progress)  # 5-6 now, 7-8b in assembly.build
@@ -200,7 +200,9 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
         )
     train = metrics.setdefault("train", {})
     precision = ctx.manifest.get("precision", "fp32")
-    train.update(throughput_figures(assembly.counted[-1], train.get("runtime"), trainer.model, precision))
+    counts = assembly.counted[-1]
+    train.update(throughput_figures(counts, train.get("runtime"), trainer.model, precision))
+    train.update(whole_run_loss(counts, trainer.state.global_step))  # a resumed run's too
     for split, figures in ctx.recorded.items():  # what the task measured outside evaluation
         if split == "train" or split in metrics:
             metrics.setdefault(split, {}).update(figures)

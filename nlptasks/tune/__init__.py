@@ -4,7 +4,8 @@ The recipe's ``[tune]`` table names the search space (key paths such as ``train.
 and their distributions), the objective, the sampler and the pruner.  Each trial is an ordinary
 run of the recipe with the trial's values as ``--set`` overrides (:mod:`~nlptasks.tune.trial`);
 the study lives in Optuna's RDB storage, so it resumes after a kill and several processes can
-share it (:mod:`~nlptasks.tune.study`); the study folder gets a results table, ``best.toml`` and
+share it (:mod:`~nlptasks.tune.study`); a trial whose process died is found by its owner and
+heartbeat, marked interrupted and its values run again (:mod:`~nlptasks.tune.owners`); the study folder gets a results table, ``best.toml`` and
 plots (:mod:`~nlptasks.tune.results`).  docs/tune.md is the user's guide.
 
 Above the pipeline (which runs each trial) and below the CLI; Optuna is imported only when a

@@ -6,10 +6,11 @@ the same storage and study name works on the same study, on one machine or many.
 the study's total of finished trials (complete, pruned, failed); each process starts trials until
 the study has them (finished plus running), so running the command again finishes what is missing.
 
-A trial whose process was killed stays ``RUNNING`` in the database: it is failed when its process
-is found gone (same machine, at the start of the next trial) or when its heartbeat stops (any
-machine, after the grace period); its values are queued again (Optuna's retry callback) and it
-does not count.  On one machine a lock file in the study folder makes "count, then ask for a
+A trial whose process was killed stays ``RUNNING`` in the database: before counting, each process
+fails the trials whose owner is dead (:mod:`~nlptasks.tune.owners`: the process gone on this
+machine, a silent heartbeat, no owner recorded); their values are queued again and they do not
+count.  The sampler is seeded from ``tune.seed``, the worker index and the number of trials the
+study already has, so a resumed study does not draw its first values again.  On one machine a lock file in the study folder makes "count, then ask for a
 trial" one step, so two processes never start more trials than the study needs.
 """
 
@@ -34,15 +35,20 @@ from nlptasks.errors import NlptasksError
 from nlptasks.host import Host
 from nlptasks.pipeline import get_host, load_recipe
 from nlptasks.recipe import LoadedRecipe, objective_of
+from nlptasks.tune.owners import HEARTBEAT_GRACE, HEARTBEAT_INTERVAL, fail_dead, kill_point, requeue
 from nlptasks.tune.results import COUNTED, TrialRow, state_of, write_results
-from nlptasks.tune.trial import HOST, TrialSetup, run_trial, trial_overrides
+from nlptasks.tune.trial import TrialSetup, run_trial, trial_overrides
 
-__all__ = ["HEARTBEAT_GRACE", "HEARTBEAT_INTERVAL", "TuneResult", "open_study", "storage_for", "study_dir_for", "tune"]
-
-HEARTBEAT_INTERVAL = 20
-"""Seconds between a running trial's heartbeats in the storage."""
-HEARTBEAT_GRACE = 90
-"""Seconds without a heartbeat after which another process fails the trial (and queues its values again)."""
+__all__ = [
+    "HEARTBEAT_GRACE",
+    "HEARTBEAT_INTERVAL",
+    "TuneResult",
+    "open_study",
+    "sampler_for",
+    "storage_for",
+    "study_dir_for",
+    "tune",
+]
 
 
 @dataclass
@@ -66,13 +72,11 @@ def study_dir_for(loaded: LoadedRecipe, name: str) -> Path:
 
 
 def storage_for(url: str) -> Any:
-    """Optuna's ``RDBStorage`` on ``url``, with heartbeats and a retry callback (a trial of a killed
-    process is failed and its values queued again); SQLite waits up to a minute for a lock."""
+    """Optuna's ``RDBStorage`` on ``url``, with heartbeats; a trial whose heartbeat stops is failed
+    and its values queued again (:func:`~nlptasks.tune.owners.requeue`); SQLite waits up to a
+    minute for a lock."""
     import optuna
 
-    retry_cls = (
-        getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
-    )
     params = inspect.signature(optuna.storages.RDBStorage).parameters
     callback_key = (
         "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params else "failed_trial_callback"
@@ -86,7 +90,7 @@ def storage_for(url: str) -> Any:
                 engine_kwargs=engine_kwargs,
                 heartbeat_interval=HEARTBEAT_INTERVAL,
                 grace_period=HEARTBEAT_GRACE,
-                **{callback_key: retry_cls(max_retry=3)},
+                **{callback_key: requeue},
             )
     except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL, a missing driver, no server
         raise NlptasksError(
@@ -104,9 +108,6 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
     assert tune is not None
     metric, greater = objective_of(loaded.recipe, loaded.task, loaded.options)
     seed = (tune.seed if tune.seed is not None else loaded.recipe.seed) + worker_index
-    sampler = (
-        optuna.samplers.TPESampler(seed=seed) if tune.sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed)
-    )
     pruner = {
         "median": optuna.pruners.MedianPruner,
         "halving": optuna.pruners.SuccessiveHalvingPruner,
@@ -114,8 +115,9 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
     }[tune.pruner]()
     direction = "maximize" if greater else "minimize"
     study = optuna.create_study(
-        storage=storage, study_name=name, direction=direction, sampler=sampler, pruner=pruner, load_if_exists=True
+        storage=storage, study_name=name, direction=direction, pruner=pruner, load_if_exists=True
     )
+    study.sampler = sampler_for(tune.sampler, seed, len(study.get_trials(deepcopy=False)))
     if study.direction.name.lower() != direction:
         raise NlptasksError(
             f"study {name!r} exists and {study.direction.name.lower()}s; this recipe would "
@@ -125,6 +127,17 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
     if "objective" not in study.user_attrs:
         study.set_user_attr("objective", metric)
     return study, metric, greater
+
+
+def sampler_for(kind: str, seed: int, existing: int) -> Any:
+    """The study's sampler (``tpe`` or ``random``), seeded with ``seed`` on a new study, else from
+    ``seed`` and the ``existing`` trials: a resumed study draws new values, not its first ones again."""
+    import numpy as np
+    import optuna
+
+    if existing:
+        seed = int(np.random.SeedSequence([seed, existing]).generate_state(1)[0])
+    return optuna.samplers.TPESampler(seed=seed) if kind == "tpe" else optuna.samplers.RandomSampler(seed=seed)
 
 
 @contextlib.contextmanager
@@ -152,42 +165,6 @@ def _lock(path: Path) -> Iterator[Callable[[], None]]:
     finally:
         release()
         handle.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True
-    return True
-
-
-def _fail_gone(study: Any, storage: Any, log: Callable[[str], None]) -> None:
-    """Fail the running trials of this machine whose process is gone, and queue their values again."""
-    import optuna
-
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    study_id = storage.get_study_id_from_name(study.study_name)
-    callback = (
-        storage.get_heartbeat_stale_trial_callback()
-        if hasattr(storage, "get_heartbeat_stale_trial_callback")
-        else storage.get_failed_trial_callback()
-    )
-    for t in running:
-        pid = t.user_attrs.get("pid")
-        if t.user_attrs.get("host") != HOST or not isinstance(pid, int) or _alive(pid):
-            continue
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        try:
-            if not storage.set_trial_state_values(trial_id, state=optuna.trial.TrialState.FAIL):
-                continue
-        except optuna.exceptions.UpdateFinishedTrialError:
-            continue
-        log(f"trial {t.number}: its process {pid} is gone: marked failed (not counted), its values queued again")
-        if callback is not None:
-            callback(study, storage.get_trial(trial_id))
 
 
 def _counts(study: Any) -> tuple[int, int]:
@@ -343,13 +320,14 @@ def tune(
         before=lambda trial: holder[-1]() if holder else None,
         counted=_is_counted(the_study, total),
     )
+    locked = url.startswith("sqlite") and os.name == "posix"  # every process on it takes the lock (flock)
     deadline = time.monotonic() + limit if limit is not None else None
     progress = _progress(total, metric, greater, log)
     try:
         while deadline is None or time.monotonic() < deadline:
             with _lock(study_dir / ".lock") as release:
                 holder.append(release)
-                _fail_gone(the_study, rdb, log)
+                fail_dead(the_study, rdb, locked, log)
                 finished, running = _counts(the_study)
                 if finished + running >= total:
                     break
@@ -375,6 +353,7 @@ def tune(
         return load_recipe(recipe, trial_overrides(setup, best.number, best.params), host=host).resolved()
 
     title = f"Study {name}: {Path(recipe).name}"
+    kill_point("study-results")
     with os_errors(study_dir, "output.dir"):
         result.rows, result.best, result.table, result.notes = write_results(
             the_study, study_dir, metric, greater, title, recipe_of

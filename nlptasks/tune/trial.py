@@ -6,9 +6,7 @@ training and stops training when the pruner says so.
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,13 +18,10 @@ from nlptasks.hookspecs import hookimpl
 from nlptasks.host import Host
 from nlptasks.pipeline import load_recipe, run
 from nlptasks.recipe import TuneDistribution, override_text
+from nlptasks.tune.owners import kill_point, record_owner
 from nlptasks.version import __version__
 
-__all__ = ["HOST", "PruningPlugin", "Surplus", "TrialSetup", "run_trial", "suggest", "trial_overrides"]
-
-HOST = socket.gethostname()
-"""This machine's name, recorded on each trial with the process id (a trial whose process is gone
-is failed when the study starts again)."""
+__all__ = ["PruningPlugin", "Surplus", "TrialSetup", "run_trial", "suggest", "trial_overrides"]
 
 
 class Surplus(NlptasksError):
@@ -93,6 +88,10 @@ def _reporter(plugin: PruningPlugin) -> Any:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.training = True
 
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == 2:
+                kill_point("train-step")
+
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.training = False  # the evaluations after training are the run's own
 
@@ -128,8 +127,8 @@ def run_trial(trial: Any, setup: TrialSetup) -> float:
     """The Optuna objective: run the recipe with this trial's values; return the validation
     objective.  An :class:`NlptasksError` is recorded (user attribute ``error``) and raised (the
     study records the trial as failed and goes on); a pruned run raises ``optuna.TrialPruned``."""
-    trial.set_user_attr("host", HOST)
-    trial.set_user_attr("pid", os.getpid())
+    kill_point("trial-start")
+    record_owner(trial)
     setup.before(trial)
     if not setup.counted(trial):
         trial.set_user_attr("surplus", True)
@@ -148,6 +147,7 @@ def run_trial(trial: Any, setup: TrialSetup) -> float:
             result = run(loaded, host=setup.host, progress=False, run_dir=run_dir)
         finally:
             setup.host.unregister(plugin)
+        kill_point("trial-results")
         validation = result.metrics.get("validation") or {}
         value = validation.get(setup.metric)
         if not isinstance(value, (int, float)):

@@ -4,8 +4,14 @@ of model FLOPs utilisation, recorded in ``metrics.json["train"]`` of every run.
 ``tokens``
     the tokens the model learned from: the ones of the attention masks (every ``*attention_mask``
     of a batch: a bi-encoder's two sides count both), or every token of a batch without a mask
-    (packed sft batches); counted in the training steps of this process (a resumed run counts the
-    part after its checkpoint), summed over the ranks of a distributed run.
+    (packed sft batches); counted in every training step of the run, summed over the ranks of a
+    distributed run.  A resumed run counts the whole run: each checkpoint records the totals so
+    far (``trainer_state.json``, ``stateful_callbacks.TrainingTotals``) and the resumed run
+    starts from them.
+``loss``
+    (replacing the Trainer's ``train_loss``, which after a resume is the mean of the resumed part
+    only) the mean training loss per optimizer step over the whole run: the sum of every
+    micro-batch's loss, from the checkpoint's totals on, over the run's optimizer steps.
 ``tokens_per_second``
     ``tokens`` over the Trainer's ``train_runtime`` (which includes the evaluations during training).
 ``padding_fraction``
@@ -38,7 +44,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["count_training_tokens", "device_peak_flops", "nonembedding_parameters", "throughput_figures"]
+__all__ = [
+    "TOTALS",
+    "count_training_tokens",
+    "device_peak_flops",
+    "nonembedding_parameters",
+    "restored_totals",
+    "throughput_figures",
+    "whole_run_loss",
+]
+
+TOTALS = "TrainingTotals"
+"""The name under which each checkpoint's ``trainer_state.json`` records the run's totals so far."""
 
 # Dense peaks (FLOP/s) of CUDA GPUs by a substring of their name: (bf16/fp16 tensor cores, tf32/fp32).
 _GPU_PEAKS = {
@@ -56,20 +73,67 @@ _GPU_PEAKS = {
 }
 
 
-def count_training_tokens(trainer: Any) -> dict[str, int]:
-    """Count the tokens of every training micro-batch ``trainer`` takes from now on (wraps its
-    ``training_step``); the returned dict fills as it trains: ``tokens`` and ``slots``."""
-    counts = {"tokens": 0, "slots": 0}
+def restored_totals(checkpoint: str | Path | None) -> dict[str, Any]:
+    """The totals (``tokens``, ``slots``, ``loss_sum``) that ``checkpoint`` recorded, ``{}`` when
+    there is no checkpoint, or it recorded none (a checkpoint of an older nlptasks)."""
+    if checkpoint is None:
+        return {}
+    try:
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+        saved = state["stateful_callbacks"][TOTALS]["attributes"]
+        return {"tokens": int(saved["tokens"]), "slots": int(saved["slots"]), "loss_sum": float(saved["loss_sum"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def count_training_tokens(trainer: Any, resume_from: str | Path | None = None) -> dict[str, Any]:
+    """Count the tokens and sum the loss of every training micro-batch ``trainer`` takes from now
+    on (wraps its ``training_step``), from the totals of ``resume_from`` (the checkpoint a resumed
+    run starts from), and record the totals in every checkpoint; the returned dict fills as it
+    trains: ``tokens``, ``slots``, ``loss_sum`` and ``whole`` (whether they cover the whole run)."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import ExportableState
+
+    restored = restored_totals(resume_from)
+    counts: dict[str, Any] = {"tokens": 0, "slots": 0, "loss_sum": 0.0, **restored}
+    counts.update(whole=resume_from is None or bool(restored), tokens_before=counts["tokens"])
     original = trainer.training_step
 
     def training_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         tokens, slots = batch_tokens(inputs)
         counts["tokens"] += tokens
         counts["slots"] += slots
-        return original(model, inputs, *args, **kwargs)
+        loss = original(model, inputs, *args, **kwargs)
+        if hasattr(loss, "detach"):
+            counts["loss_sum"] += float(loss.detach().float().mean())
+        return loss
+
+    class TrainingTotals(TrainerCallback, ExportableState):  # type: ignore[misc]
+        def state(self) -> dict[str, Any]:
+            keys = ("tokens", "slots", "loss_sum")
+            return {"args": {}, "attributes": {k: counts[k] for k in keys}}
 
     trainer.training_step = training_step
+    trainer.add_callback(TrainingTotals())
     return counts
+
+
+def whole_run_loss(counts: dict[str, Any], steps: int) -> dict[str, float]:
+    """``{"loss": mean loss per optimizer step over the whole run}`` (averaged over the ranks of a
+    distributed run), or ``{}`` when the counts do not cover the whole run."""
+    if not counts.get("whole") or steps <= 0:
+        return {}
+    total = float(counts["loss_sum"])
+    import torch
+
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        value = torch.tensor([total], dtype=torch.float64)
+        if dist.get_backend() == "nccl":
+            value = value.cuda()
+        dist.all_reduce(value)
+        total = float(value[0]) / dist.get_world_size()
+    return {"loss": total / steps}
 
 
 def batch_tokens(inputs: Any) -> tuple[int, int]:
@@ -103,15 +167,17 @@ def nonembedding_parameters(model: Any) -> int:
     return total
 
 
-def throughput_figures(counts: dict[str, int], runtime: float | None, model: Any, precision: str) -> dict[str, Any]:
+def throughput_figures(counts: dict[str, Any], runtime: float | None, model: Any, precision: str) -> dict[str, Any]:
     """The figures above, from the counts of :func:`count_training_tokens` (summed over ranks
-    here, when the run is distributed) and the Trainer's ``train_runtime``."""
+    here, when the run is distributed) and the Trainer's ``train_runtime`` (of this process: the
+    rates count the tokens this process trained on, a resumed run's since its checkpoint)."""
     tokens, slots = _all_ranks(counts["tokens"], counts["slots"])
     if not slots:
         return {}
     out: dict[str, Any] = {"tokens": tokens, "padding_fraction": round(1 - tokens / slots, 4)}
     if not runtime or runtime <= 0:
         return out
+    tokens -= _all_ranks(counts.get("tokens_before", 0), 0)[0]
     out["tokens_per_second"] = round(tokens / runtime, 1)
     peak, source = device_peak_flops(precision)
     if peak:
