@@ -34,7 +34,6 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -113,10 +112,7 @@ class Figure:
         """How the docs quote it."""
         split, _, name = self.metric.partition(".")
         seeds = ", ".join(str(s) for s in self.values)
-        return (
-            f"{split} {name.replace('_', ' ')} {self.mean:.3f} ± {self.sd:.3f} (mean ± sd over seeds {seeds}; "
-            f"{self.measured})"
-        )
+        return f"{split} {name.replace('_', ' ')} {self.mean:.3f} ± {self.sd:.3f} (mean ± sd, seeds {seeds}; {self.measured})"
 
 
 def load_table(path: Path = TABLE) -> dict[str, Figure]:
@@ -284,8 +280,8 @@ def machine() -> str:
     import transformers
 
     return (
-        f"{dt.date.today().isoformat()}, {os.cpu_count()} cores, 1 thread, {platform.python_version()}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}"
+        f"{dt.date.today().isoformat()}, 1 thread, torch {torch.__version__.split('+')[0]}, "
+        f"transformers {transformers.__version__}"
     )
 
 

@@ -807,9 +807,12 @@ def recipe_header(recipe: str) -> str:
         return "\n".join(lines)
     quoted = textwrap.wrap(f.sentence() + " [recipes/figures.toml]", 100 - len(MEASURED))
     new = [MEASURED + quoted[0], *("#" + " " * 17 + rest for rest in quoted[1:])]
+    # after the header's '# Run:' line, else before its '# Override:' line
     at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# Run:")), None)
     if at is None:
-        raise SystemExit(f"{recipe}: its header has no '# Run:' line to put the measured figure after")
+        at = next((i for i, line in enumerate(lines) if line.startswith("# Override:")), None)
+    if at is None:
+        raise SystemExit(f"{recipe}: its header has no '# Run:' or '# Override:' line to put the measured figure by")
     return "\n".join(lines[:at] + new + lines[at:])
 
 
