@@ -326,6 +326,8 @@ def toml_type(annotation: Any, sections: dict[type, str]) -> tuple[str, list[str
         rendered = [toml_type(a, sections) for a in args]
         return " or ".join(t for t, _ in rendered), [v for _, vs in rendered for v in vs]
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # a validator attached (unique labels): the type is the first argument
+        return toml_type(typing.get_args(annotation)[0], sections)
     if origin is typing.Literal:
         values = typing.get_args(annotation)
         kinds = {toml_type(type(v), sections)[0] for v in values}
@@ -798,11 +800,12 @@ def recipe_header(recipe: str) -> str:
     path = ROOT / recipe
     text = path.read_text(encoding="utf-8")
     f = _figures().get(recipe)
-    lines = [
-        line
-        for line in text.split("\n")
-        if not line.startswith(MEASURED) and not line.startswith("#" + " " * 17 + "[recipes/figures.toml")
-    ]
+    lines: list[str] = []
+    inside = False  # in the '# Measured:' entry: its line and the continuation lines under it
+    for line in text.split("\n"):
+        inside = line.startswith(MEASURED) or (inside and line.startswith("#" + " " * 17))
+        if not inside:
+            lines.append(line)
     if f is None or f.skip:
         return "\n".join(lines)
     quoted = textwrap.wrap(f.sentence() + " [recipes/figures.toml]", 100 - len(MEASURED))
