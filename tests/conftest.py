@@ -39,7 +39,7 @@ def pytest_addoption(parser):
         "--figures",
         action="store_true",
         default=False,
-        help="also run the figures tier: every measured shipped recipe against recipes/figures.toml (marked figures)",
+        help="also run the figures tier: every measured shipped recipe against docs/figures.toml (marked figures)",
     )
 
 

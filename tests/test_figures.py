@@ -1,4 +1,4 @@
-"""Every shipped recipe keeps its published figure (recipes/figures.toml, tools/figures.py).
+"""Every shipped recipe keeps its published figure (docs/figures.toml, tools/figures.py).
 
 The default suite checks that the table accounts for every shipped recipe (measured here, or the
 reason it cannot be) and that its rows make sense; the figures tier (``pytest --figures -m figures``,
@@ -25,10 +25,10 @@ MEASURED = sorted(r for r, f in TABLE.items() if not f.skip)
 def test_every_shipped_recipe_is_measured_or_says_why_not():
     missing = [r for r in figures.shipped() if r not in TABLE]
     assert missing == [], (
-        f"not in recipes/figures.toml: {missing}; run: python tools/figures.py record {' '.join(missing)}"
+        f"not in docs/figures.toml: {missing}; run: python tools/figures.py record {' '.join(missing)}"
     )
     gone = [r for r in TABLE if r not in figures.shipped()]
-    assert gone == [], f"recipes/figures.toml names recipes that are not shipped: {gone}"
+    assert gone == [], f"docs/figures.toml names recipes that are not shipped: {gone}"
     for recipe in figures.shipped():
         reason = figures.why_not_here(recipe)
         if TABLE[recipe].skip:  # skipped only for a reason that holds on this machine

@@ -1,4 +1,4 @@
-"""The published figure of every shipped recipe, measured and kept in one place (recipes/figures.toml).
+"""The published figure of every shipped recipe, measured and kept in one place (docs/figures.toml).
 
 Every recipe we ship (recipes/*.toml, recipes/hub, recipes/bench and the tutorials' recipe.toml) is
 either measured here or listed with the reason it cannot be on this machine (its model or data come
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE = ROOT / "recipes" / "figures.toml"
+TABLE = ROOT / "docs" / "figures.toml"
 SEEDS = (42, 1, 11)
 """Seeds far enough apart that no two runs share an epoch's order (the engine seeds each epoch's
 order with seed + epoch)."""
@@ -75,7 +75,7 @@ def shipped() -> list[str]:
 
 @dataclass
 class Figure:
-    """One recipe's recorded figure (a row of recipes/figures.toml)."""
+    """One recipe's recorded figure (a row of docs/figures.toml)."""
 
     recipe: str
     metric: str = ""
@@ -365,7 +365,7 @@ def record(recipes: list[str], seeds: tuple[int, ...]) -> dict[str, Figure]:
         print(
             "\nfor the commit message: re-measured "
             + ", ".join(measured)
-            + f" over seeds {', '.join(map(str, seeds))} (recipes/figures.toml)"
+            + f" over seeds {', '.join(map(str, seeds))} (docs/figures.toml)"
         )
     return table
 
@@ -373,7 +373,7 @@ def record(recipes: list[str], seeds: tuple[int, ...]) -> dict[str, Figure]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="measure recipes over seeds and write recipes/figures.toml")
+    rec = sub.add_parser("record", help="measure recipes over seeds and write docs/figures.toml")
     rec.add_argument("recipes", nargs="*", help="recipe paths relative to the repository")
     rec.add_argument("--all", action="store_true", help="every shipped recipe")
     rec.add_argument(

@@ -768,7 +768,7 @@ def gen_architecture() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Recipe figures: README.md, docs/**/*.md and the recipe headers quote recipes/figures.toml
+# Recipe figures: README.md, docs/**/*.md and the recipe headers quote docs/figures.toml
 # ---------------------------------------------------------------------------------------------
 
 FIGURE_OPEN = re.compile(r"<!-- figure:(?P<recipe>[^ ]+?) -->(?P<body>.*?)<!-- /figure -->", re.S)
@@ -789,7 +789,7 @@ def fill_figures(text: str, where: str) -> str:
         recipe = m.group("recipe")
         f = table.get(recipe)
         if f is None or f.skip:
-            raise SystemExit(f"{where}: quotes the figure of {recipe}, which recipes/figures.toml does not record")
+            raise SystemExit(f"{where}: quotes the figure of {recipe}, which docs/figures.toml does not record")
         return f"<!-- figure:{recipe} -->{f.sentence()}<!-- /figure -->"
 
     return FIGURE_OPEN.sub(fill, text)
@@ -808,7 +808,7 @@ def recipe_header(recipe: str) -> str:
             lines.append(line)
     if f is None or f.skip:
         return "\n".join(lines)
-    quoted = textwrap.wrap(f.sentence() + " [recipes/figures.toml]", 100 - len(MEASURED))
+    quoted = textwrap.wrap(f.sentence() + " [docs/figures.toml]", 100 - len(MEASURED))
     new = [MEASURED + quoted[0], *("#" + " " * 17 + rest for rest in quoted[1:])]
     # after the header's '# Run:' line, else before its '# Override:' line
     at = next((i + 1 for i, line in enumerate(lines) if line.startswith("# Run:")), None)
