@@ -224,21 +224,9 @@ def test_the_virtual_tokens_reach_an_encoder_decoder(method):
     model's logits must differ from the base's."""
     import peft
     import torch
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+    from transformers import AutoModelForSeq2SeqLM
 
-    config = AutoConfig.for_model(
-        "t5",
-        vocab_size=20,
-        d_model=16,
-        d_kv=8,
-        d_ff=32,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
-        decoder_start_token_id=0,
-        eos_token_id=1,
-        pad_token_id=0,
-    )
+    config = _tiny_t5_config()
     make = {"prefix": peft.PrefixTuningConfig, "p_tuning": peft.PromptEncoderConfig, "prompt": peft.PromptTuningConfig}
     extra = {"encoder_hidden_size": 16} if method == "p_tuning" else {}
     torch.manual_seed(0)
@@ -276,23 +264,11 @@ def test_merge_check_compares_the_decoders_logits():
     """For an encoder-decoder the merge check compares the logits the decoder gives for the stored
     decoder inputs (and falls back to greedy tokens without them)."""
     import torch
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+    from transformers import AutoModelForSeq2SeqLM
 
     from nlptasks.inference.merge import compare_outputs, model_outputs
 
-    config = AutoConfig.for_model(
-        "t5",
-        vocab_size=20,
-        d_model=16,
-        d_kv=8,
-        d_ff=32,
-        num_layers=1,
-        num_decoder_layers=1,
-        num_heads=2,
-        decoder_start_token_id=0,
-        eos_token_id=1,
-        pad_token_id=0,
-    )
+    config = _tiny_t5_config()
     torch.manual_seed(0)
     model = AutoModelForSeq2SeqLM.from_config(config).eval()
     with_decoder = [{"input_ids": [5, 6, 7, 1], "attention_mask": [1, 1, 1, 1], "decoder_input_ids": [0, 7, 6]}]
@@ -339,3 +315,22 @@ def test_validate_names_a_size_field_the_scratch_keys_cannot_set(host):
         host=host,
     )
     assert "v_head_dim" not in err  # set by the recipe: nothing left at the architecture's default
+
+
+def _tiny_t5_config():
+    """A one-layer T5 config (vocabulary 20, d_model 16) for the tests that build the model directly."""
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(
+        "t5",
+        vocab_size=20,
+        d_model=16,
+        d_kv=8,
+        d_ff=32,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=2,
+        decoder_start_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
