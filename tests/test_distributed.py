@@ -161,6 +161,8 @@ def test_fsdp_config_passes_through_train_extra_and_needs_cuda(cli, tmp_path):
     args = make_training_arguments(training_kwargs(ctx, True, True, progress=False))
     assert args.fsdp_plugin_args["fsdp_version"] == 2
     assert args.fsdp_plugin_args["reshard_after_forward"] is True
+    # Trainer refuses save_only_model with FSDP when it restores the best model (found on an H100)
+    assert args.load_best_model_at_end and not args.save_only_model
 
     import torch
 
@@ -169,6 +171,24 @@ def test_fsdp_config_passes_through_train_extra_and_needs_cuda(cli, tmp_path):
     code, _, err = cli("run", str(RECIPES / "cls.toml"), "--set", fsdp, "--set", f"output.dir={tmp_path}")
     assert code == 2
     assert "train.extra.fsdp: FSDP needs CUDA GPUs" in err
+    assert "expected a text" not in err  # `fsdp = true`, as docs/optimize.md writes it, has the right type
+
+
+def test_flag_like_training_arguments_take_true_in_train_extra():
+    """TrainingArguments fields that are flags on the command line (``--fsdp``: ``nargs="?"`` with a
+    ``const``) take that const in ``train.extra`` (``fsdp = true``), besides their declared type
+    (a GPU run found `fsdp = true` refused as "expected a text")."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    from nlptasks.engine.training.preflight import _type_problems
+
+    consts = {f.name: f.metadata["const"] for f in dataclasses.fields(TrainingArguments) if "const" in f.metadata}
+    assert "fsdp" in consts
+    for name, const in consts.items():
+        assert _type_problems({name: const}) == [], name
+    assert _type_problems({"fsdp": 3}), "a value of neither type is still refused"
 
 
 def test_deepspeed_without_the_package_is_a_recipe_error(cli, tmp_path):

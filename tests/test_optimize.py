@@ -10,6 +10,7 @@ import torch
 
 from conftest import RECIPES, TINY, tiny_run
 from nlptasks import hookimpl
+from nlptasks.engine.training.trainer import resolve_precision
 from nlptasks.errors import NlptasksError, RecipeError
 from nlptasks.pipeline import load_recipe
 from nlptasks.testing import plugin_host, run_recipe
@@ -40,7 +41,7 @@ class Probe:
     def nlptasks_build_model(self, ctx):
         model = yield
         self.model = model
-        self.initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+        self.initial = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}  # the model may move to a GPU
         if self.on_model is not None:
             self.on_model(model)
         return model
@@ -107,9 +108,9 @@ def test_freezing_embeddings_first_layer_and_a_pattern(tmp_path):
         == counts["trainable_parameters"]
     )
     # and training left them as they were, while the rest moved
-    assert all(torch.equal(named[n].detach(), probe.initial[n]) for n in frozen)
+    assert all(torch.equal(named[n].detach().cpu(), probe.initial[n]) for n in frozen)
     assert not torch.equal(
-        named["bert.encoder.layer.1.output.dense.weight"].detach(),
+        named["bert.encoder.layer.1.output.dense.weight"].detach().cpu(),
         probe.initial["bert.encoder.layer.1.output.dense.weight"],
     )
 
@@ -393,7 +394,14 @@ def test_length_grouped_training_keeps_evaluation_in_order(tmp_path):
     assert [n for batch in probe.eval_batches[:4] for n in batch] == lengths
 
 
-@pytest.mark.parametrize(("precision", "dtype"), [("auto", torch.float32), ("bf16", torch.bfloat16)])
+# auto: fp32 for this from-scratch model on a CPU, bf16 on a GPU with bf16 (fp16 on an older one)
+AUTO = resolve_precision("auto", pretrained=False)
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [("auto", {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[AUTO]), ("bf16", torch.bfloat16)],
+)
 def test_precision_reaches_the_forward_pass(tmp_path, precision, dtype):
     seen: list = []
 
@@ -401,7 +409,7 @@ def test_precision_reaches_the_forward_pass(tmp_path, precision, dtype):
         model.classifier.register_forward_hook(lambda m, a, out: seen.append(out.dtype) if m.training else None)
 
     _, _, manifest = train(tmp_path, f"train.precision={precision}", "train.max_steps=2", probe=Probe(on_model=watch))
-    assert manifest["precision"] == ("fp32" if precision == "auto" else precision)  # auto is fp32 on CPU
+    assert manifest["precision"] == (AUTO if precision == "auto" else precision)
     assert seen and set(seen) == {dtype}
 
 
@@ -459,9 +467,14 @@ def test_oom_fallback_halves_the_batch_and_keeps_the_effective_batch(tmp_path):
 
 
 def test_oom_after_the_weights_changed_or_with_the_fallback_off_is_a_clear_error(tmp_path):
-    with pytest.raises(NlptasksError, match="out of GPU memory at step 2, after the weights changed") as info:
-        train(tmp_path / "late", probe=Probe(on_model=oom_above(2, after_steps=2)))
-    assert "--set train.batch_size=4 --set train.gradient_accumulation_steps=2" in info.value.render()
+    if torch.cuda.is_available():  # a model on a GPU has its trainable weights copied first: it falls back
+        _, result, manifest = train(tmp_path / "late", probe=Probe(on_model=oom_above(2, after_steps=2)))
+        assert [c["at_step"] for c in manifest["oom_fallback"]] == [2, 0]
+        assert (result.output_dir / "COMPLETE").exists()
+    else:  # on the host there is no copy: after the first optimizer step, a clear error
+        with pytest.raises(NlptasksError, match="out of GPU memory at step 2, after the weights changed") as info:
+            train(tmp_path / "late", probe=Probe(on_model=oom_above(2, after_steps=2)))
+        assert "--set train.batch_size=4 --set train.gradient_accumulation_steps=2" in info.value.render()
     with pytest.raises(NlptasksError, match="optimize.oom_fallback is off"):
         train(tmp_path / "off", "optimize.oom_fallback=false", probe=Probe(on_model=oom_above(2)))
 

@@ -320,6 +320,7 @@ def test_adapter_flags_on_a_full_run(cli, tmp_path):
 def test_export_merge(task_id, method, train, cli, tmp_path):
     import transformers
 
+    from nlptasks import LoadOptions
     from nlptasks.inference.merge import compare_outputs, model_outputs
     from nlptasks.plugin import load_trained_model
 
@@ -337,14 +338,16 @@ def test_export_merge(task_id, method, train, cli, tmp_path):
     # a complete run of its own, loading with plain transformers ...
     plain = getattr(transformers, manifest["model_class"]).from_pretrained(out)
     adapter_manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
-    adapter = load_trained_model(run_dir, adapter_manifest, manifest["model_class"])
+    cpu_fp32 = LoadOptions(precision="fp32", device="cpu")  # as `plain` runs (the merge check runs so too)
+    adapter = load_trained_model(run_dir, adapter_manifest, manifest["model_class"], cpu_fp32)
     differences, largest = compare_outputs(
         model_outputs(adapter, check, task.task_type), model_outputs(plain, check, task.task_type)
     )
     assert not differences and largest < 1e-4
     # ... and through nlptasks infer, with the adapter run's predictions (similarities equal up to
-    # float rounding)
-    merged, ours = infer(cli, out, *task.infer), infer(cli, run_dir, *task.infer)
+    # fp32 rounding; auto would be bf16 on a GPU, where they differed by 2e-4)
+    fp32 = ("--precision", "fp32")
+    merged, ours = infer(cli, out, *task.infer, extra=fp32), infer(cli, run_dir, *task.infer, extra=fp32)
     for a, b in zip(merged, ours, strict=True):
         assert a.keys() == b.keys()
         for key in a:

@@ -257,15 +257,17 @@ def test_a_nan_loss_stops_the_run_at_its_step_and_keeps_the_last_good_checkpoint
     assert code == 2, err
     assert_one_line_error(err, "the training loss became nan at step ")
     step = int(err.split("at step ")[1].split(";")[0])  # 4 on our CPUs
-    assert 2 <= step < 10
+    assert 3 <= step < 10
     run_dir = tmp_path / "cls" / "n"
-    assert f"the last good checkpoint is {run_dir / 'checkpoints' / f'checkpoint-{step - 1}'}" in err
+    # the loss of step N came from the weights saved at step N - 1: that checkpoint is not good
+    assert f"the last good checkpoint is {run_dir / 'checkpoints' / f'checkpoint-{step - 2}'}" in err
+    assert f"checkpoint-{step - 1}, holding the weights that gave that loss, was removed" in err
     assert not (run_dir / "COMPLETE").exists() and not (run_dir / "model.safetensors").exists()
     steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
-    assert steps[-1] == step - 1  # nothing saved from the step that diverged
+    assert steps[-1] == step - 2  # the newest left: --resume starts from the last good one
     from safetensors.torch import load_file
 
-    weights = load_file(run_dir / "checkpoints" / f"checkpoint-{step - 1}" / "model.safetensors")
+    weights = load_file(run_dir / "checkpoints" / f"checkpoint-{step - 2}" / "model.safetensors")
     assert all(bool(t.isfinite().all()) for t in weights.values())
 
 

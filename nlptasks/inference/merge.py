@@ -24,17 +24,18 @@ def model_outputs(model: Any, inputs: list[dict[str, list[int]]], task_type: str
     inputs) the greedy continuation tokens; for any other model (an encoder-decoder given its
     stored decoder inputs included) every floating-point tensor of its output, by name
     (``logits``, ``start_logits`` and ``end_logits``, ``last_hidden_state`` ...), whatever head or
-    output class it has.  An output
+    output class it has, computed on the model's device and kept on the host.  An output
     with no tensor to compare is an error naming its class."""
     import torch
 
     from nlptasks.engine.model.introspect import accepted_inputs
 
     accepted = accepted_inputs(model)
+    device = next(model.parameters()).device  # wherever the model is: the inputs go there, the outputs to the host
     outputs = []
     with torch.inference_mode():
         for sample in inputs:
-            tensors = {k: torch.tensor([v]) for k, v in sample.items() if k in accepted}
+            tensors = {k: torch.tensor([v], device=device) for k, v in sample.items() if k in accepted}
             two_sided = getattr(model.config, "is_encoder_decoder", False)
             if task_type == "CAUSAL_LM" or (two_sided and "decoder_input_ids" not in tensors):
                 generated = model.generate(**tensors, max_new_tokens=8, do_sample=False)
@@ -44,7 +45,7 @@ def model_outputs(model: Any, inputs: list[dict[str, list[int]]], task_type: str
             out = model(**tensors)
             items = out.items() if hasattr(out, "items") else enumerate(out if isinstance(out, tuple) else (out,))
             record = {
-                str(k): v.detach().float()
+                str(k): v.detach().float().cpu()
                 for k, v in items
                 if isinstance(v, torch.Tensor) and v.is_floating_point() and k != "loss"
             }

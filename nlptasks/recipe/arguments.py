@@ -60,6 +60,11 @@ class Argument:
     present: Callable[[Recipe, Situation], bool] | None = None
 
 
+def _sharded(r: Recipe) -> bool:
+    """Whether ``train.extra`` turns on FSDP or DeepSpeed (transformers' own keys)."""
+    return bool(r.train.extra.get("fsdp") or r.train.extra.get("deepspeed"))
+
+
 def _cpu_group(r: Recipe, s: Situation) -> bool:
     # bf16 autocast on the CPU, and DDP of CPU processes (accelerate then makes them one gloo group)
     return not s.cuda and (s.world_size > 1 or s.precision == "bf16")
@@ -107,8 +112,10 @@ ARGUMENTS: dict[str, Argument] = {
         "output.checkpoint_limit",
         lambda r, s: r.output.checkpoint_limit if r.output.checkpoint_steps else (1 if s.keep_best(r) else None),
     ),
+    # Trainer refuses save_only_model with FSDP or DeepSpeed when it restores the best model at the end
     "save_only_model": Argument(
-        "output.checkpoint_steps (resumable checkpoints when set)", lambda r, s: not r.output.checkpoint_steps
+        "output.checkpoint_steps (resumable checkpoints when set; whole checkpoints with FSDP or DeepSpeed)",
+        lambda r, s: not r.output.checkpoint_steps and not _sharded(r),
     ),
     "logging_nan_inf_filter": Argument("nlptasks (off: a NaN loss must show)", lambda r, s: False),
     "disable_tqdm": Argument("--no-progress", lambda r, s: not s.progress),

@@ -20,6 +20,7 @@ architecture or a ``train.extra`` table).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import os
@@ -306,12 +307,15 @@ def _type_problems(extra: dict[str, Any]) -> list[Problem]:
     from transformers import TrainingArguments
 
     hints = typing.get_type_hints(TrainingArguments)
+    # a flag-like option (``--fsdp``, metadata ``nargs="?"`` and ``const=True``) also takes its const's type
+    consts = {f.name: type(f.metadata["const"]) for f in dataclasses.fields(TrainingArguments) if "const" in f.metadata}
     problems = []
     for key, value in extra.items():
         hint = hints.get(key)
         if hint is None or value is None:
             continue
         kinds = {typing.get_origin(a) or a for a in (typing.get_args(hint) or (hint,)) if a is not type(None)}
+        kinds |= {consts[key]} if key in consts else set()
         names = [m.value for k in kinds if isinstance(k, type) and issubclass(k, enum.Enum) for m in k]
         if names and isinstance(value, str) and value not in names:  # optim, lr_scheduler_type, save_strategy...
             shown = ", ".join(names) if len(names) <= 12 else f"{len(names)} names, e.g. {', '.join(names[:6])}"

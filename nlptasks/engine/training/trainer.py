@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean
@@ -342,20 +343,31 @@ def eval_steps_warning(args: Any, max_steps: int) -> str | None:
 
 
 def _diverged(ctx: RunContext, step: int, value: float, learning_rate: float) -> NlptasksError:
+    """The error for a non-finite loss at optimizer step ``step``.  That loss came from the weights
+    of step ``step - 1``: a checkpoint saved there holds them (finite or not, they give a non-finite
+    loss, and ``--resume`` would start from them), so it is removed; the last good checkpoint is the
+    newest one before it, whose weights gave a finite loss."""
+    import shutil
+
     from nlptasks.engine.training.resume import checkpoint_problem
 
-    good = [
-        p
-        for p in ctx.checkpoints_dir.glob("checkpoint-*")
-        if p.is_dir() and p.name.rsplit("-", 1)[-1].isdigit() and checkpoint_problem(p) is None
-    ]
+    def number(p: Path) -> int:
+        tail = p.name.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else -1
+
+    saved = [p for p in ctx.checkpoints_dir.glob("checkpoint-*") if p.is_dir() and number(p) >= 0]
+    removed = sorted(p for p in saved if number(p) >= step - 1)
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    good = [p for p in saved if number(p) < step - 1 and checkpoint_problem(p) is None]
     if good:
-        last = max(good, key=lambda p: int(p.name.rsplit("-", 1)[-1]))
-        kept = f"the last good checkpoint is {last}"
+        kept = f"the last good checkpoint is {max(good, key=number)}"
     else:
         kept = "no resumable checkpoint was saved before it" + (
             "" if ctx.recipe.output.checkpoint_steps else " (output.checkpoint_steps is not set)"
         )
+    if removed:
+        kept += f" ({', '.join(p.name for p in removed)}, holding the weights that gave that loss, was removed)"
     return NlptasksError(
         f"train: the training loss became {value} at step {step}; training stopped there and the run "
         f"{ctx.output_dir} is left incomplete; {kept}",
