@@ -35,7 +35,7 @@ def _eval(cli, run: Path, *args: str) -> tuple[dict, Path]:
     out = run.parent / "eval-out"
     code, stdout, err = cli("eval", run, "--output", out, *args)
     assert code == 0, err
-    assert "eval saved to" in stdout
+    assert "eval saved to" in stdout and " rows/s, the model's load included)" in stdout
     return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out
 
 
@@ -54,6 +54,7 @@ def test_the_runs_test_file_gives_back_its_test_metrics(case, cli, tmp_path):
     assert set(scored) == set(expected), (scored, expected)
     for key, value in expected.items():
         assert scored[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert got["rows_per_second"] > 0 and abs(got["rows"] / got["rows_per_second"] - got["seconds"]) <= 0.06
     errors = _errors(out)
     assert got["errors"] == len(errors)
     assert all(isinstance(e["row"], int) and e["row"] >= 1 for e in errors)

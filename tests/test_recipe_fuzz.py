@@ -6,6 +6,7 @@ them values of every TOML type, nested at random.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -188,7 +189,10 @@ def test_generated_recipes_validate_or_fail_with_a_recipe_error(raw, check_files
         assert exc.render().strip()
         return
     assert loaded.recipe.task in HOST.tasks
-    dump_toml(loaded.resolved())  # a valid recipe can always be saved with its run
+    # a valid recipe can always be saved with its run, and that file loads again as the same recipe
+    # (what `nlptasks eval` and `nlptasks run RUN/recipe.toml` read)
+    again = load_recipe(None, raw=tomllib.loads(dump_toml(loaded.resolved())), host=HOST, check_files=False)
+    assert again.sha256() == loaded.sha256()
 
 
 # --- validate and run agree ---------------------------------------------------------------------

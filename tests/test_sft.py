@@ -413,6 +413,22 @@ def test_memorization_greedy_generation_reproduces_the_answers(memorized, cli, t
         assert json.loads(out1)["response"] == results[0]["response"]
 
 
+def test_eval_lists_only_the_answers_that_differ_from_their_reference(memorized, cli, tmp_path):
+    """`nlptasks eval`'s errors are the generations that are not the reference (whitespace
+    collapsed, as exact_match compares): none of the answers the run reproduces is listed."""
+    data = memorized.parent.parent / "mem.jsonl"
+    out = tmp_path / "eval"
+    code, stdout, err = cli("eval", memorized, "--data", data, "--output", out)
+    assert code == 0, err
+    metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
+    generated = 32
+    assert metrics["test"]["gen_exact_match"] >= 0.9
+    assert len(errors) == metrics["errors"] == round((1 - metrics["test"]["gen_exact_match"]) * generated)
+    assert all(" ".join(e["generation"].split()) != " ".join(e["reference"].split()) for e in errors)
+    assert f"errors: {len(errors)} wrong prediction(s)" in stdout
+
+
 def test_run_directory_stores_the_template_and_loads_in_plain_transformers(memorized):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -67,7 +67,10 @@ def cmd(args: argparse.Namespace) -> int:
         args.run, args.data, args.overrides, args.output, options=load_options(args), progress=args.progress
     )
     for result in results:
-        print(f"{display(result.source)}: {result.rows} rows, {result.examples} examples scored")
+        print(
+            f"{display(result.source)}: {result.rows} rows, {result.examples} examples scored in "
+            f"{result.seconds:.1f} s ({result.rows_per_second:,.0f} rows/s, the model's load included)"
+        )
         print(format_metrics({"test": result.metrics, "dropped": {"test": result.dropped} if result.dropped else {}}))
         if result.errors is None:
             print("errors: the task does not list its wrong predictions (nlptasks_errors)")

@@ -60,6 +60,12 @@ class EvalResult:
     errors: int | None = None  # None: the task does not list its errors
     seconds: float = 0.0
 
+    @property
+    def rows_per_second(self) -> float:
+        """Rows of the file scored per second of the whole evaluation (reading, the model's load,
+        preprocessing, the forward passes, metrics)."""
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
 
 def evaluate_run(
     run_dir: str | Path,
@@ -276,6 +282,7 @@ def _write(
             "dropped": result.dropped,
             "errors": result.errors,
             "seconds": round(result.seconds, 1),
+            "rows_per_second": round(result.rows_per_second, 1),
         },
     )
     if errors is not None:

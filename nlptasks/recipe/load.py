@@ -62,6 +62,9 @@ class LoadedRecipe:
         """The recipe with every default filled in (what a run saves as ``recipe.toml``)."""
         data = self.recipe.model_dump(mode="json")
         data["options"] = self.options.model_dump(mode="json")
+        train = data.get("train")
+        if isinstance(train, dict) and train.get("eval_strategy") == "no":
+            train["keep_best"] = False  # what such a run does; spelt out as true it is refused
         peft = data.get("peft")
         if isinstance(peft, dict):  # only the keys of its method: the file must validate again as it is
             method = peft.get("method")

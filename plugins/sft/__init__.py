@@ -436,9 +436,11 @@ def nlptasks_evaluate(ctx: RunContext, trainer: Any, data: Any, split: str) -> A
 
 @hookimpl
 def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[str, Any]] | None:
-    """Every generated answer beside its reference, with its score (a generator has no *wrong*:
-    all are listed, the lowest scores first)."""
-    from .metrics import METRICS
+    """Every generated answer that differs from its reference, beside it, with its score, the
+    lowest first.  Answers are compared as texts with their whitespace collapsed (runs of spaces,
+    tabs and newlines count as one space; leading and trailing ones are ignored), so an answer
+    equal to its reference but for spacing is not listed (``exact_match``'s rule)."""
+    from .metrics import METRICS, exact_match
 
     rows, generations = ctx.state.get("generation_rows", {}).get(split), ctx.state.get("generations", {}).get(split)
     if not rows or generations is None:
@@ -454,6 +456,7 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
             metric: round(METRICS[metric](text, ref), 6),
         }
         for (row, messages, ref), text in zip(rows, generations, strict=True)
+        if not exact_match(text, ref)
     ]
     return sorted(out, key=lambda e: e[metric])
 
