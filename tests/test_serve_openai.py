@@ -57,6 +57,11 @@ def test_the_predictors_chat_is_its_answer_in_pieces(server):
 
 def test_models_lists_the_served_runs(client):
     assert {m.id for m in client.models.list()} == {"tiny-sft", "tiny-cls"}
+    one = client.models.retrieve("tiny-cls")
+    assert one.id == "tiny-cls" and one.object == "model" and one.owned_by == "nlptasks"
+    assert one.model_dump()["task"] == "cls" and one.model_dump()["can_chat"] is False
+    with pytest.raises(openai.NotFoundError, match=r"no model 'nope' is served here; served: tiny-sft, tiny-cls"):
+        client.models.retrieve("nope")
 
 
 def test_chat_equals_the_predictor_and_streaming_joins_to_it(client, server):
@@ -109,6 +114,29 @@ def test_settings_are_honoured(client, server):
         max_completion_tokens=8,
     )
     assert sampled.usage.completion_tokens <= 8
+
+
+def test_a_seed_makes_sampling_repeatable(client):
+    """`seed` is honoured: sampling with the same seed gives the same reply, other seeds others,
+    and a seed that is not an integer is refused naming the field."""
+
+    def ask(seed: int) -> str:
+        answer = client.chat.completions.create(
+            model="tiny-sft",
+            messages=[{"role": "user", "content": QUESTION}],
+            temperature=1.5,
+            max_tokens=12,
+            seed=seed,
+        )
+        return answer.choices[0].message.content
+
+    first = ask(7)
+    assert ask(7) == first
+    assert len({first, ask(1), ask(2), ask(3)}) > 1
+    with pytest.raises(openai.BadRequestError, match=r"seed: must be an integer"):
+        client.chat.completions.create(
+            model="tiny-sft", messages=[{"role": "user", "content": QUESTION}], extra_body={"seed": 1.5}
+        )
 
 
 def test_completions_send_the_prompt_as_one_user_message(client, server):

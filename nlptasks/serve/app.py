@@ -123,6 +123,10 @@ def create_app(state: ServerState) -> Any:
     async def models_route() -> Any:
         return {"object": "list", "data": [_model_card(s) for s in state.models.values()]}
 
+    @app.get("/v1/models/{name}", tags=["models"], responses=errors, summary="One served model (OpenAI's model shape)")
+    async def model_route(name: str) -> Any:
+        return _model_card(_served(state, name))
+
     @app.get("/health", tags=["server"], summary="Whether the server is up (no API key needed)")
     async def health_route() -> Any:
         return {"status": "ok", "models": list(state.models)}

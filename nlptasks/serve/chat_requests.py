@@ -47,6 +47,7 @@ class ChatRequest:
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    seed: int | None = None  # sampling with it gives the same reply every time (greedy needs none)
 
     @property
     def conversation_field(self) -> str:
@@ -99,6 +100,7 @@ def _common(body: dict[str, Any], kind: str, messages: list[dict[str, str]]) -> 
         stop=_stop(body.get("stop")),
         stream=stream,
         include_usage=bool(options and options.get("include_usage")),
+        seed=_number(body, "seed", -(2**63), 2**64 - 1, integer=True),
     )
 
 

@@ -17,13 +17,14 @@ a class imported inside :func:`add_routes`.)
 """
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from nlptasks.errors import NlptasksError, first_line
@@ -34,6 +35,31 @@ from nlptasks.serve.state import ServedModel, ServerState
 __all__ = ["MAX_NEW_TOKENS", "ROLES", "ChatRequest", "add_routes", "parse_chat", "parse_completion"]
 
 log = logging.getLogger("nlptasks.serve")
+
+
+_SAMPLING = threading.Lock()
+"""Held by every sampling generation (each model has its own worker thread, torch one random
+generator): a seeded reply draws only its own random numbers."""
+
+
+@contextlib.contextmanager
+def _random_numbers(request: ChatRequest) -> Iterator[None]:
+    """Around one generation: greedy draws no random numbers; sampling holds :data:`_SAMPLING`, and
+    with a ``seed`` draws from torch's generators seeded with it, restored afterwards (so the same
+    request with the same seed gets the same reply, and unseeded sampling stays random)."""
+    if not request.temperature:
+        yield
+        return
+    import torch
+
+    with _SAMPLING:
+        if request.seed is None:
+            yield
+            return
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(request.seed)
+            yield
 
 
 class _Generation:
@@ -59,6 +85,10 @@ class _Generation:
     def _work(self) -> None:  # on the model's worker thread
         if self.cancel.is_set():  # the client left while the request waited for the thread
             return self._put("end")
+        with _random_numbers(self.request):
+            self._generate()
+
+    def _generate(self) -> None:
         request, chat = self.request, self.served.predictor.chat
         settings: dict[str, Any] = {
             "max_new_tokens": request.max_new_tokens,
@@ -303,6 +333,7 @@ _SCHEMA = {
             "max_tokens": {"type": "integer"},
             "max_completion_tokens": {"type": "integer"},
             "temperature": {"type": "number"},
+            "seed": {"type": "integer"},
             "top_p": {"type": "number"},
             "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
             "stream": {"type": "boolean"},
@@ -317,6 +348,7 @@ _SCHEMA = {
             "prompt": {"type": "string"},
             "max_tokens": {"type": "integer"},
             "temperature": {"type": "number"},
+            "seed": {"type": "integer"},
             "top_p": {"type": "number"},
             "stop": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
             "stream": {"type": "boolean"},
