@@ -105,6 +105,12 @@ def test_plain_transformers_pipeline_gives_the_same_labels(trained):
     assert [r["label"] for r in ours] == [r["label"] for r in theirs]
     for a, b in zip(ours, theirs, strict=True):
         assert a["score"] == pytest.approx(b["score"], abs=1e-4)
+    # every class's score, as the pipeline gives them with top_k=None
+    every = pipeline("text-classification", model=str(run_dir), top_k=None)(texts)
+    for a, b in zip(ours, every, strict=True):
+        assert a["scores"] == pytest.approx({c["label"]: c["score"] for c in b}, abs=1e-4)
+        assert a["scores"][a["label"]] == a["score"] == max(a["scores"].values())
+        assert sum(a["scores"].values()) == pytest.approx(1, abs=1e-5)
 
 
 def test_batched_inference_keeps_the_input_order(trained):

@@ -189,7 +189,7 @@ def test_the_closing_command_is_the_tasks_own(tmp_path):
     assert argv[-2:] == manifest["example"] and len(argv) == 5  # infer --model RUN "text a" "text b"
     code, out, err = run_cli(*argv)
     assert code == 0, err
-    assert [set(json.loads(x)) for x in out.splitlines()] == [{"text_a", "text_b", "label", "score"}]
+    assert [set(json.loads(x)) for x in out.splitlines()] == [{"text_a", "text_b", "label", "score", "scores"}]
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,10 @@ def test_cross_encoder_infer_cli_and_plain_pipeline_agree(cross, cli):
     assert [r["label"] for r in ours] == [t["label"] for t in theirs]
     for a, b in zip(ours, theirs, strict=True):
         assert a["score"] == pytest.approx(b["score"], abs=1e-4)
+    every = pipe([{"text": r["text_a"], "text_pair": r["text_b"]} for r in ours], top_k=None)
+    for a, b in zip(ours, every, strict=True):  # every class's score, as top_k=None gives them
+        assert a["scores"] == pytest.approx({c["label"]: c["score"] for c in b}, abs=1e-4)
+        assert a["scores"][a["label"]] == a["score"]
 
 
 def test_pairs_from_files_and_odd_argument_count(cross, cli, tmp_path):

@@ -310,7 +310,9 @@ def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str,
 
 
 class ClsPredictor:
-    """Texts (or rows with the text column) → ``{"text", "label", "score"}``, batched."""
+    """Texts (or rows with the text column) → ``{"text", "label", "score", "scores"}``, batched:
+    the best label, its probability, and every label's probability (``scores``, in the run's label
+    order, as ``transformers.pipeline(..., top_k=None)`` gives them)."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
         self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification", options)
@@ -325,7 +327,10 @@ class ClsPredictor:
         results = []
         for text, p in zip(texts, probs, strict=True):
             best = int(p.argmax())
-            results.append({"text": text, "label": self.id2label[best], "score": round(float(p[best]), 6)})
+            scores = {self.id2label[i]: round(float(v), 6) for i, v in enumerate(p)}
+            results.append(
+                {"text": text, "label": self.id2label[best], "score": scores[self.id2label[best]], "scores": scores}
+            )
         return results
 
 

@@ -20,7 +20,8 @@ def as_pairs(inputs: list[Any], col_a: str, col_b: str) -> list[tuple[str, str]]
 
 
 class CrossEncoderPredictor:
-    """Pairs → ``{"text_a", "text_b", "label", "score"}`` (classes) or ``{..., "score"}`` (scores)."""
+    """Pairs → ``{"text_a", "text_b", "label", "score", "scores"}`` (classes: the best label, its
+    probability and every label's) or ``{"text_a", "text_b", "score"}`` (scores)."""
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
         self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification", options)
@@ -40,7 +41,9 @@ class CrossEncoderPredictor:
             return results
         for (a, b), p in zip(pairs, softmax(logits), strict=True):
             best = int(p.argmax())
-            results.append({"text_a": a, "text_b": b, "label": self.id2label[best], "score": round(float(p[best]), 6)})
+            scores = {self.id2label[i]: round(float(v), 6) for i, v in enumerate(p)}
+            label = self.id2label[best]
+            results.append({"text_a": a, "text_b": b, "label": label, "score": scores[label], "scores": scores})
         return results
 
 
