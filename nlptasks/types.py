@@ -270,6 +270,11 @@ class Predictor(Protocol):
     implement ``rank(queries, candidates, top_k) -> list[dict]``, one dict per query with its
     ``top_k`` best candidates; the CLI says plainly when a run's predictor cannot rank.
 
+    Optional, for tasks that embed texts (``nlptasks serve``'s OpenAI-compatible
+    ``/v1/embeddings`` serves exactly the runs whose predictor has it): ``embed(texts) ->
+    array (len(texts), dim)`` of float vectors, one row per text in input order, each the same
+    whatever else is in the call.
+
     Optional, for tasks that generate text (``nlptasks infer --max-new-tokens N --temperature T
     --top-p P``): ``configure_generation(max_new_tokens=None, temperature=None, top_p=None)``;
     the CLI passes only the settings given and says plainly when a task does not generate.

@@ -329,6 +329,7 @@ SERVED = {
     "cls": _SMALL,
     "ner": _SMALL,
     "pair": _SMALL,
+    "pair-bi": [*_SMALL, "options.mode=bi"],
 }
 """The overrides of each task's tiny quickstart run that the server tests serve."""
 
@@ -342,7 +343,7 @@ def served_run(tmp_path_factory):
 
     def get(task: str) -> Path:
         if task not in done:
-            done[task] = tiny_run(folder, f"{task}.toml", "t", *SERVED[task])
+            done[task] = tiny_run(folder, f"{task.split('-')[0]}.toml", task, *SERVED[task])
         return done[task]
 
     return get

@@ -1,12 +1,13 @@
 """The server's FastAPI app: :func:`create_app`.
 
-Routes of this module (the OpenAI-compatible ones come from :mod:`nlptasks.serve.openai`, the
-page at ``/`` from :mod:`nlptasks.serve.page`):
+Routes of this module (the OpenAI-compatible ones come from :mod:`nlptasks.serve.openai` and
+:mod:`nlptasks.serve.embeddings`, the page at ``/`` from :mod:`nlptasks.serve.page`):
 
 ``POST /v1/predict/{name}``  ``{"inputs": [...]}`` → ``{"outputs": [...]}``: one dict per input,
     in order, exactly what ``nlptasks infer`` prints for the same inputs (dynamically batched with
     other requests: :mod:`nlptasks.serve.batching`);
 ``GET /v1/models``  the served models, OpenAI-style (``{"object": "list", "data": [...]}``);
+``GET /v1/models/{name}``  one of them;
 ``GET /health``  ``{"status": "ok", "models": [...]}``, without the API key;
 ``GET /metrics``  the counters in Prometheus' text format (:mod:`nlptasks.serve.metrics`);
 ``GET /docs``  FastAPI's OpenAPI page (``/openapi.json``: the schema).
@@ -163,9 +164,10 @@ def create_app(state: ServerState) -> Any:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return JSONResponse(_one_line_500(exc), status_code=500)
 
-    from nlptasks.serve import openai, page
+    from nlptasks.serve import embeddings, openai, page
 
     openai.add_routes(app, state)
+    embeddings.add_routes(app, state)
     page.add_routes(app, state)
 
     app.add_middleware(
@@ -270,6 +272,7 @@ def _model_card(served: ServedModel) -> dict[str, Any]:
         "owned_by": "nlptasks",
         "task": served.task,
         "can_chat": served.can_chat,
+        "can_embed": served.can_embed,
     }
 
 

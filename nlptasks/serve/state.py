@@ -57,6 +57,11 @@ class ServedModel:
         """Whether the predictor generates chat replies (``Predictor.chat``): OpenAI routes."""
         return callable(getattr(self.predictor, "chat", None))
 
+    @property
+    def can_embed(self) -> bool:
+        """Whether the predictor gives text embeddings (``Predictor.embed``): ``/v1/embeddings``."""
+        return callable(getattr(self.predictor, "embed", None))
+
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` on this model's worker thread and wait for it without blocking the loop."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, lambda: fn(*args))
