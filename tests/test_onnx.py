@@ -41,6 +41,24 @@ def both(run_dir: Path, out: Path, inputs: list, batch_size: int = 32) -> tuple[
     return torch_predictor(inputs), onnx_predictor(inputs)
 
 
+def own_figures(cli, export_dir: Path, data: Path) -> None:
+    """The export's metrics.json is its own: `nlptasks eval EXPORT` on the run's test file gives
+    it to the digit (timings aside), and the card quotes it."""
+    own = json.loads((export_dir / "metrics.json").read_text(encoding="utf-8"))
+    assert own["measured"]["file"] == str(data) and own["exported_from"]["run"]
+    out = export_dir.parent / f"own-{export_dir.name}"
+    code, _, err = cli("eval", export_dir, "--data", data, "--output", out)
+    assert code == 0, err
+    again = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["test"]
+    timing = ("runtime", "per_second")
+    assert {k: v for k, v in own["test"].items() if not k.endswith(timing)} == {
+        k: v for k, v in again.items() if not k.endswith(timing)
+    }
+    card = (export_dir / "README.md").read_text(encoding="utf-8")
+    key = next(k for k in ("accuracy", "f1", "spearman") if k in own["test"])
+    assert f"| {key} | {own['test'][key]:.4f} |" in card
+
+
 def same_eval(cli, run_dir: Path, export_dir: Path, data: Path, tol: float = 1e-4) -> dict:
     """`nlptasks eval` of the fp32 export scores ``data`` as the torch run does (every figure but
     the timings, within ``tol``); returns the export's metrics."""
@@ -86,6 +104,9 @@ def test_cls_fp32_equal_and_int8_smaller(runs, cli, tmp_path):
     same = sum(x["label"] == y["label"] for x, y in zip(a, b, strict=True))
     assert same >= 0.9 * len(a)
     assert manifest8["onnx"]["measured"]["changed"] <= 0.1 * manifest8["onnx"]["measured"]["inputs"]
+    own_figures(cli, tmp_path / "int8", ROOT / "recipes" / "data" / "cls" / "test.csv")  # int8's own, not torch's
+    run_figures = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    assert json.loads((tmp_path / "int8" / "metrics.json").read_text())["exported_from"]["metrics"] == run_figures
 
     code, out, _ = cli("infer", "--model", tmp_path / "int8", "服务很好")  # the CLI picks ONNX by itself
     assert code == 0 and json.loads(out)["label"] in manifest["labels"]
@@ -120,6 +141,7 @@ def test_ner_windows_and_offsets(runs, cli, tmp_path):
     )
     assert code == 0 and len(out.strip().splitlines()) == 5
     figures = same_eval(cli, run_dir, tmp_path / "ner", ROOT / "recipes" / "data" / "ner" / "test.jsonl")
+    own_figures(cli, tmp_path / "ner", ROOT / "recipes" / "data" / "ner" / "test.jsonl")
     assert "f1" in figures and figures["loss"] is not None
 
 
@@ -135,6 +157,7 @@ def test_pair_cross_encoder(runs, cli, tmp_path):
     assert [r["label"] for r in a] == [r["label"] for r in b]
     near([r["score"] for r in a], [r["score"] for r in b])
     same_eval(cli, run_dir, tmp_path / "cross", ROOT / "recipes" / "data" / "pair" / "test.csv")
+    own_figures(cli, tmp_path / "cross", ROOT / "recipes" / "data" / "pair" / "test.csv")
 
 
 def test_pair_bi_encoder_and_ranking(runs, cli, tmp_path):
@@ -154,6 +177,7 @@ def test_pair_bi_encoder_and_ranking(runs, cli, tmp_path):
     for x, y in zip(*ranked, strict=True):
         assert [c["candidate"] for c in x["results"]] == [c["candidate"] for c in y["results"]]
     same_eval(cli, run_dir, tmp_path / "bi", ROOT / "recipes" / "data" / "pair" / "test.csv")
+    own_figures(cli, tmp_path / "bi", ROOT / "recipes" / "data" / "pair" / "test.csv")
 
 
 def test_lora_run_exports_merged(runs, cli, tmp_path):

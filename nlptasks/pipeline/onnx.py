@@ -9,12 +9,18 @@ exported manifest (``onnx.measured``) and model card:
 * ``changed``: inputs whose discrete results (labels, tags, entity types and spans: every value
   that is not a float) differ between torch and ONNX;
 * ``max_score_diff``: the largest difference of any float (scores, similarities);
-* ``gold``: for each result field that the file's rows also hold (a ``label`` column, ner's
-  ``tags``), the accuracy of torch and of ONNX against the file and the change in points (lists
+* ``gold``: for each discrete result field that the file's rows also hold (a ``label`` column,
+  ner's ``tags``; not a float such as a pair run's predicted ``score`` beside a 0-5 ``score`` column), the accuracy of torch and of ONNX against the file and the change in points (lists
   such as tags count element by element).  A field equal to the file's in every row for both
   backends is left out: the input's echo (the text, the tokens), or nothing to report.
 
 ``export`` warns when a gold accuracy drops by more than ``max_drop`` points.
+
+The export is a run of its own: its ``metrics.json`` is not the torch run's but what ``nlptasks
+eval`` measures for the export on the run's test file (else validation), through the same path
+(the eval folder is kept under ``OUT/eval/export``), so the card, ``nlptasks eval OUT`` and
+``nlptasks compare RUN OUT`` give the same figures; it records where they came from
+(``measured``) and the run it was exported from, with that run's own metrics (``exported_from``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,54 @@ def test_rows(manifest: dict[str, Any], limit: int) -> tuple[str | None, list[An
     return None, []
 
 
+def own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The export's ``metrics.json``: ``nlptasks eval`` of the (complete) export folder ``work``
+    (renamed to ``out`` when done) on the run's test file (else validation), or ``None`` when the
+    run has no such local file."""
+    import json
+
+    from nlptasks.pipeline.evaluate import evaluate_run
+
+    sources = (manifest.get("data") or {}).get("sources") or {}
+    exported_from = read_json_or_empty(run_dir / "metrics.json")
+    for split in ("test", "validation"):
+        source = sources.get(split)
+        if not isinstance(source, str) or not Path(source).is_file():
+            continue
+        folder = work / "eval" / "export"
+        (result,) = evaluate_run(work, [source], output=folder, options=LoadOptions(backend="onnx"))
+        record = read_json_or_empty(folder / "metrics.json")
+        write_json(folder / "metrics.json", {**record, "run": str(out)})  # not the temporary folder's name
+        return json.loads(
+            json.dumps(
+                {
+                    split: result.metrics,
+                    "measured": {
+                        "by": f"nlptasks eval {out} --data {source} --backend onnx",
+                        "split": split,
+                        "file": source,
+                        "rows": result.rows,
+                        "examples": result.examples,
+                        "seconds": round(result.seconds, 1),
+                    },
+                    "exported_from": {"run": str(run_dir.resolve()), "metrics": exported_from},
+                },
+                default=str,
+            )
+        )
+    return None
+
+
+def read_json_or_empty(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _discrete(value: Any) -> Any:
     """``value`` without its floats (what must be equal between backends)."""
     if isinstance(value, dict):
@@ -90,6 +144,8 @@ def compare_results(
         k for row, r in zip(rows, torch_results, strict=True) if isinstance(row, dict) for k in r.keys() & row.keys()
     }
     for key in sorted(keys):
+        if any(isinstance(r.get(key), float) for r in torch_results):
+            continue  # a probability or a predicted number: no discrete answer to count as right or wrong
         counts = {"torch": [0, 0], "onnx": [0, 0]}
         echo = True
         for row, a, b in zip(rows, torch_results, onnx_results, strict=True):
@@ -142,7 +198,33 @@ def _quantization_lines(how: dict[str, Any]) -> list[str]:
     return []
 
 
-def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
+def _own_lines(own: dict[str, Any] | None) -> list[str]:
+    """The card's section of the export's own metrics (``metrics.json``)."""
+    if own is None:
+        return ["No metrics of its own: the run has no local test or validation file to evaluate the export on.", ""]
+    how = own["measured"]
+    figures = own[how["split"]]
+    shown = [
+        k
+        for k, v in figures.items()
+        if isinstance(v, float) and "/" not in k and not k.endswith(("runtime", "per_second"))
+    ]
+    before = (own["exported_from"]["metrics"] or {}).get(how["split"]) or {}
+    lines = [
+        f"## {how['split'].capitalize()} metrics of this export (`metrics.json`)",
+        "",
+        f"Measured by `{how['by']}`: {how['rows']} rows, {how['examples']} examples scored.",
+        "",
+        "| metric | this export | the exported run |",
+        "|---|---|---|",
+    ]
+    for key in shown:
+        old = before.get(key)
+        lines.append(f"| {key} | {figures[key]:.4f} | " + (f"{old:.4f}" if isinstance(old, float) else "—") + " |")
+    return [*lines, ""]
+
+
+def _card(run_dir: Path, out: Path, manifest: dict[str, Any], own: dict[str, Any] | None = None) -> str:
     info = manifest["onnx"]
     sizes = ", ".join(f"{k.replace('_bytes', '')} {v / 1e6:.2f} MB" for k, v in info["sizes"].items())
     lines = [
@@ -157,6 +239,7 @@ def _card(run_dir: Path, out: Path, manifest: dict[str, Any]) -> str:
         f"{info['check']['shapes']}.",
         *_quantization_lines(info.get("quantization") or {}),
         "",
+        *_own_lines(own),
     ]
     measured = info.get("measured") or {}
     if measured.get("inputs"):
@@ -222,8 +305,13 @@ def export_and_measure(
         )
         measured = measure(run_dir, work, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
         manifest["onnx"]["measured"] = measured
+        own = own_metrics(run_dir, work, out, read_manifest(run_dir))
+        if own is None:  # no file to measure on: the run's figures are not the export's
+            (work / "metrics.json").unlink(missing_ok=True)
+        else:
+            write_json(work / "metrics.json", own)
         write_json(work / MANIFEST, manifest)
-        write_text_atomic(work / "README.md", _card(run_dir, out, manifest))
+        write_text_atomic(work / "README.md", _card(run_dir, out, manifest, own))
         mark_complete(work)  # sealed again: the manifest changed
     warnings = []
     for key, figures in measured.get("gold", {}).items():
