@@ -479,3 +479,53 @@ def test_the_command_serves_and_stops_gracefully(trained):
     assert result["answer"].json()["outputs"] == nlptasks.load(trained["pair"])(INPUTS["pair"])
     assert proc.returncode == 0, out
     assert f"docs:    {url}/docs" in out and "curl -s" in out and "server stopped" in out
+
+
+def test_workers_share_the_port_and_answer_alike(trained):
+    """`nlptasks serve --workers 2`: two processes behind one port (each answers /health with its
+    process id; new connections reach both), both answering what nlptasks.load answers; SIGINT
+    stops them all."""
+    import nlptasks
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "nlptasks", "serve", str(trained["cls"]), "--name", "sentiment"]
+    cmd += ["--port", str(port), "--workers", "2", "--threads", "1", "--no-access-log"]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def health() -> dict | None:
+        try:
+            answer = httpx.get(f"{url}/health", timeout=120, headers={"Connection": "close"})
+        except httpx.TransportError:
+            return None
+        return answer.json() if answer.status_code == 200 else None
+
+    workers: set[int] = set()
+
+    def both_up() -> bool:
+        found = health()
+        if found:
+            workers.add(found["worker"])
+        return len(workers) == 2
+
+    try:
+        wait_for(both_up, proc)  # a worker that is still loading leaves its connections to the other
+        expected = nlptasks.load(trained["cls"])(INPUTS["cls"])
+        for _ in range(6):  # new connections: whichever worker takes them answers the same
+            answer = httpx.post(
+                f"{url}/v1/predict/sentiment",
+                json={"inputs": INPUTS["cls"]},
+                headers={"Connection": "close"},
+                timeout=120,
+            )
+            assert answer.json()["outputs"] == expected
+        assert proc.pid not in workers
+        proc.send_signal(signal.SIGINT)
+        out, _ = communicate(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "server stopped" in out

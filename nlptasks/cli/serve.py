@@ -100,7 +100,22 @@ def register(sub: Any) -> None:
         "closes (a Content-Length larger than the body, a chunked body cut off) (default: 10)",
     )
     m = p.add_argument_group("models")
-    add_load_arguments(m, "precision", "backend", "device", "threads", "adapter")
+    add_load_arguments(m, "precision", "backend", "device", "adapter")
+    m.add_argument(
+        "--threads",
+        type=positive_int,
+        metavar="N",
+        help="intra-op threads of each server process, torch's and ONNX Runtime's (default: torch's "
+        "own; with --workers N, the machine's cores divided by N)",
+    )
+    m.add_argument(
+        "--workers",
+        type=int_in(1, 64),
+        default=1,
+        metavar="N",
+        help="server processes sharing the port, each with its own copy of the models, batching and "
+        "/metrics (default: 1)",
+    )
     p.add_argument("--no-access-log", dest="access_log", action="store_false", help="do not log one line per request")
     p.set_defaults(func=cmd)
 
@@ -119,11 +134,16 @@ def cmd(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
     from nlptasks.serve.app import create_app
+    from nlptasks.serve.factory import CONFIG_ENV, config_for_workers, use_threads
     from nlptasks.serve.models import load_models
     from nlptasks.serve.state import ServerState, ServeSettings
 
     hf_logging.disable_progress_bar()
-    models = load_models(args.runs, args.names, load_options(args, batch_size=args.max_batch_size))  # checks all first
+    if args.workers > 1 and args.threads is None:
+        args.threads = max(1, (os.cpu_count() or 1) // args.workers)
+    use_threads(args.threads)
+    options = load_options(args, batch_size=args.max_batch_size)
+    models = load_models(args.runs, args.names, options)  # checks all first
     settings = ServeSettings(
         max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms,
@@ -135,16 +155,20 @@ def cmd(args: argparse.Namespace) -> int:
         api_key=args.api_key,
     )
     state = ServerState(models=models, settings=settings)
-    app = create_app(state)
     _print_banner(args, state, list(models))
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        access_log=args.access_log,
-        log_level="warning" if args.quiet else "info",
-        timeout_graceful_shutdown=max(1, int(args.timeout + 0.999)),
-    )
+    server_options = {
+        "host": args.host,
+        "port": args.port,
+        "access_log": args.access_log,
+        "log_level": "warning" if args.quiet else "info",
+        "timeout_graceful_shutdown": max(1, int(args.timeout + 0.999)),
+    }
+    if args.workers > 1:
+        state.close()  # checked and loaded here; each worker loads its own copy
+        del state, models
+        os.environ[CONFIG_ENV] = config_for_workers(args.runs, args.names, options, settings, args.threads)
+        return _run_workers(uvicorn, args.workers, server_options)
+    config = uvicorn.Config(create_app(state), **server_options)
     server = uvicorn.Server(config)
     stopped_by: list[int] = []
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -166,6 +190,26 @@ def cmd(args: argparse.Namespace) -> int:
         )
     how = f" ({signal.Signals(stopped_by[0]).name})" if stopped_by else ""
     print(f"server stopped{how}", file=sys.stderr)
+    return 0
+
+
+def _run_workers(uvicorn: Any, workers: int, options: dict[str, Any]) -> int:
+    """``workers`` processes of :func:`nlptasks.serve.factory.app_from_environment` on one socket,
+    supervised by uvicorn (Ctrl-C stops them all after their requests in flight)."""
+    from uvicorn.supervisors import Multiprocess
+
+    from nlptasks.errors import NlptasksError
+
+    config = uvicorn.Config("nlptasks.serve.factory:app_from_environment", factory=True, workers=workers, **options)
+    try:
+        sock = config.bind_socket()
+    except SystemExit:
+        raise NlptasksError(
+            f"the server could not start on {options['host']}:{options['port']} (see the lines above)",
+            hint="Is the port taken? Choose another: --port N",
+        ) from None
+    Multiprocess(config, sockets=[sock]).run()
+    print("server stopped", file=sys.stderr)
     return 0
 
 

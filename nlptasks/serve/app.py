@@ -23,6 +23,7 @@ name classes imported inside :func:`create_app`.)
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -130,7 +131,7 @@ def create_app(state: ServerState) -> Any:
 
     @app.get("/health", tags=["server"], summary="Whether the server is up (no API key needed)")
     async def health_route() -> Any:
-        return {"status": "ok", "models": list(state.models)}
+        return {"status": "ok", "models": list(state.models), "worker": os.getpid()}
 
     @app.get(
         "/metrics",
