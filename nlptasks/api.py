@@ -62,7 +62,8 @@ def load(
 
     The keyword arguments are the :class:`nlptasks.LoadOptions` of this load (or pass ``options``
     whole), as ``nlptasks infer``'s flags: ``adapter`` / ``base_only`` for runs trained with
-    ``[peft]``; ``precision`` (``auto``: bf16 on a CUDA GPU that supports it, else fp32);
+    ``[peft]``; ``precision`` (``auto``: the run's own training precision where the device has
+    it, else fp32);
     ``backend`` (``auto``: ONNX Runtime for a folder made by ``nlptasks export --onnx``, torch
     otherwise; or a plugin's backend); ``device``; ``batch_size`` and ``max_length``; ``threads``
     (ONNX Runtime's).  They apply to this predictor only: loading the same run again with other

@@ -372,7 +372,8 @@ class LoadOptions:
     there to :func:`nlptasks.plugin.load_run`.  Nothing else decides how a model is loaded: two
     loads with different options in one process are independent.
 
-    :param precision: ``auto`` (bf16 on a CUDA GPU that supports it, else fp32), ``fp32``, or
+    :param precision: ``auto`` (the precision the run was trained and evaluated in, where the
+        device computes in it: bf16 for a bf16 run on a GPU or CPU with bf16; else fp32), ``fp32``, or
         ``bf16`` (a CUDA GPU with bf16, or a CPU that computes in bf16 natively).
     :param backend: the runtime that loads the folder: ``auto`` (the backend whose export the folder
         is, e.g. ``onnx`` for ``nlptasks export --onnx``; else ``torch``), ``torch``, ``onnx``, or a

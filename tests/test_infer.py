@@ -111,10 +111,11 @@ def test_csv_output_and_csv_input(cls_run, cli, tmp_path):
     assert code == 0, err
     rows = list(csv.DictReader(out.open(encoding="utf-8")))
     assert [r["text"] for r in rows] == TEXTS
-    assert list(rows[0]) == ["text", "label", "score"]
+    assert list(rows[0]) == ["text", "label", "score", "scores"]  # every label's score: a JSON object
+    assert float(rows[0]["score"]) == json.loads(rows[0]["scores"])[rows[0]["label"]]
     code, stdout, err = cli("infer", "--model", cls_run, "--format", "csv", *TEXTS[:2])
     assert code == 0, err
-    assert stdout.splitlines()[0] == "text,label,score" and len(stdout.splitlines()) == 3
+    assert stdout.splitlines()[0] == "text,label,score,scores" and len(stdout.splitlines()) == 3
 
 
 def test_bad_row_in_a_later_chunk_names_the_file_row(cls_run, cli, tmp_path):
@@ -144,6 +145,31 @@ def test_max_length_cuts_inputs(cls_run, cli):
     assert info.value.code == 2
 
 
+def test_auto_loads_a_run_in_the_precision_it_was_trained_in_where_the_device_has_it(tmp_path):
+    """``precision = "auto"`` answers in the run's own training precision (what its metrics and
+    `nlptasks eval` used) where the device computes in it, else fp32."""
+    import torch
+
+    from nlptasks import LoadOptions
+    from nlptasks.inference import precision
+    from nlptasks.pipeline import load_predictor
+
+    assert precision.auto_precision("bf16", True) == "bf16"
+    assert precision.auto_precision("fp16", True) == "bf16"  # half precision, where bf16 is the device's
+    assert precision.auto_precision("fp32", True) == "fp32"  # an fp32 run stays fp32 even where bf16 is fast
+    assert precision.auto_precision(None, True) == "fp32"  # a run that recorded none
+    assert precision.auto_precision("bf16", False) == "fp32"  # a device without bf16
+    run = tiny_run(tmp_path, "cls.toml", "b", "train.precision=bf16", "data.max_train_rows=64")
+    manifest = json.loads((run / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["precision"] == "bf16"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    here = torch.cuda.is_bf16_supported() if device == "cuda" else precision.cpu_has_bf16()
+    assert precision.inference_precision(LoadOptions(), manifest["precision"]) == (device, "bf16" if here else "fp32")
+    expected = torch.bfloat16 if here else torch.float32
+    assert load_predictor(run).model.dtype == expected
+    assert load_predictor(run, LoadOptions(precision="fp32")).model.dtype == torch.float32
+
+
 def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cli, monkeypatch):
     import torch
 
@@ -161,7 +187,7 @@ def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cl
     code, fp32_out, err = cli("infer", "--model", cls_run, *texts)
     assert code == 0, err
 
-    if precision.cpu_has_bf16():  # e.g. AVX-512 BF16 (this project's machines): bf16 runs on the CPU
+    if precision.cpu_has_bf16():  # AVX-512 BF16 or AMX: bf16 runs on the CPU
         code, bf16_out, err = cli("infer", "--model", cls_run, "--precision", "bf16", *texts)
         assert load_predictor(cls_run, LoadOptions(precision="bf16")).model.dtype == torch.bfloat16
         assert load_predictor(cls_run).model.dtype == torch.float32  # nothing of the bf16 load stayed behind

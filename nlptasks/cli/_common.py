@@ -54,8 +54,9 @@ def add_load_arguments(p: Any, *flags: str) -> None:
             "--precision",
             choices=("auto", "fp32", "bf16"),
             default="auto",
-            help="inference dtype: auto = bf16 on a CUDA GPU that supports it, else fp32 (default: auto); "
-            "bf16 also runs on a CPU with native bf16 (AVX-512 BF16 or AMX), about twice as fast",
+            help="inference dtype: auto = the precision the run was trained and evaluated in, where the "
+            "device computes in it (bf16 for a bf16 run on a GPU with bf16 or a CPU with native bf16, "
+            "AVX-512 BF16 or AMX), else fp32 (default: auto)",
         )
     if "backend" in flags:
         p.add_argument(

@@ -17,8 +17,9 @@ __all__ = ["TORCH", "adapter_path", "load_base", "load_torch_model", "torch_modu
 
 
 def load_torch_model(run_dir: Path, manifest: Mapping[str, Any], auto_class: str, options: LoadOptions) -> Any:
-    """The run's model for inference: :func:`torch_module`, then on the device and dtype of ``options``."""
-    return prepare_for_inference(torch_module(run_dir, manifest, auto_class), options)
+    """The run's model for inference: :func:`torch_module`, then on the device and dtype of ``options``
+    (``auto`` precision: the run's own training precision where the device has it)."""
+    return prepare_for_inference(torch_module(run_dir, manifest, auto_class), options, manifest.get("precision"))
 
 
 def torch_module(run_dir: Path, manifest: Mapping[str, Any], auto_class: str, label_fields: Any = None) -> Any:
