@@ -23,7 +23,12 @@ than queueing everything.
 Without ``--model`` it first fine-tunes MiniLM on the first ``--train-rows`` SST-2 training rows
 (the point is speed and label identity, not accuracy).
 
-    OMP_NUM_THREADS=2 python benchmarks/serve_load.py --train-rows 256 --threads 2 --docs
+    OMP_NUM_THREADS=2 python benchmarks/serve_load.py --train-rows 256 --threads 2 --workers 2 --docs
+    OMP_NUM_THREADS=2 python benchmarks/serve_load.py --train-rows 256 --threads 2 --soak 20 --docs  # RSS soak
+
+``--workers N`` adds a row per client count for ``nlptasks serve --workers N`` (threads divided
+among the workers); ``--soak MINUTES`` instead runs ``nlptasks serve`` alone under 32 clients and
+records its RSS after every round (block ``serve_load-soak``; goal: flat within 5%, 0 failed).
     OMP_NUM_THREADS=1 python benchmarks/serve_load.py --train-rows 64 --seconds 2 --clients 1,8 \\
         --docs --docs-file /tmp/benchmarks.md        # smoke run: small, into a copy of the docs
 """
@@ -74,6 +79,16 @@ def main() -> int:
         default=0,
         help="also measure `nlptasks serve --workers N --threads THREADS/N` (default: 0, not measured)",
     )
+    p.add_argument(
+        "--soak",
+        type=float,
+        default=0,
+        metavar="MINUTES",
+        help="instead: `nlptasks serve` alone under --soak-clients clients for MINUTES, in rounds of "
+        "--soak-round seconds, its RSS after each (block serve_load-soak; goal: flat within 5%%)",
+    )
+    p.add_argument("--soak-clients", type=int, default=32, help="clients of the soak (default: 32)")
+    p.add_argument("--soak-round", type=float, default=60.0, help="seconds per soak round (default: 60)")
     p.add_argument("--clients", default="1,8,32,128", help="concurrent clients per row (default: 1,8,32,128)")
     p.add_argument("--seconds", type=float, default=8.0, help="length of each row (default: 8)")
     p.add_argument("--max-requests", type=int, default=5000, help="most requests per row (default: 5000)")
@@ -98,6 +113,8 @@ def main() -> int:
     info = _docs.start(__file__)
     expected, ceiling = reference(run_dir, texts, args.threads)
 
+    if args.soak > 0:
+        return soak(args, work, run_dir, texts, expected, info)
     rows: dict[str, list[dict]] = {}
     servers = [*SERVERS, *([f"nlptasks serve --workers {args.workers}"] if args.workers > 1 else [])]
     for server in servers:
@@ -362,6 +379,68 @@ def train(work: Path, rows: int) -> Path:
     print(f"training: {' '.join(cmd[2:])}", file=sys.stderr)
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return work / "cls" / "sst2"
+
+
+def soak(args: argparse.Namespace, work: Path, run_dir: Path, texts: list[str], expected: list[str], info) -> int:  # noqa: ANN001
+    """``nlptasks serve`` under ``--soak-clients`` clients for ``--soak`` minutes: RSS per round."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "nlptasks", "-q", "serve", str(run_dir), "--name", "m", "--port", str(port)]
+    cmd += ["--no-access-log", "--max-queue", str(args.max_queue), "--threads", str(args.threads)]
+    print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "soak.log").open("w"))
+    rounds: list[dict] = []
+    try:
+        url = f"http://127.0.0.1:{port}/v1/predict/m"
+        wait_ready(f"http://127.0.0.1:{port}/health", proc)
+        asyncio.run(load(url, texts, expected, 4, 2.0, 200))  # warm-up
+        start = time.perf_counter()
+        while time.perf_counter() - start < args.soak * 60:
+            row = asyncio.run(load(url, texts, expected, args.soak_clients, args.soak_round, 10**9))
+            row.update(minute=(time.perf_counter() - start) / 60, **memory(proc.pid))
+            rounds.append(row)
+            print(
+                f"  {row['minute']:5.1f} min: {row['rps']:6.1f} req/s  failed {row['failed']}  RSS {row['rss_mb']:.0f} MiB",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    f = {"rounds": rounds, "clients": args.soak_clients, "threads": args.threads, "load_after": os.getloadavg()[0]}
+    _docs.publish(args, _docs.block_name(__file__, "soak"), info, render_soak(f))
+    return 0
+
+
+def render_soak(f: dict) -> str:
+    rounds = f["rounds"]
+    lines = [
+        f"`nlptasks serve` alone, {f['clients']} clients, {f['threads']} torch thread(s); 1-minute load average "
+        f"{f['load_after']:.1f} at the end.",
+        "",
+        "| minute | requests/s | answered | failed | RSS MiB | peak RSS MiB |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['minute']:.1f} | {r['rps']:.1f} | {r['answered']} | {r['failed']} | {r['rss_mb']:.0f} | {r['peak_rss_mb']:.0f} |"
+        for r in rounds
+    ]
+    if len(rounds) >= 2:
+        first, last = rounds[0]["rss_mb"], rounds[-1]["rss_mb"]
+        growth = 100 * (last - first) / first
+        total = sum(r["answered"] for r in rounds)
+        failed = sum(r["failed"] for r in rounds)
+        met = abs(growth) <= 5 and failed == 0
+        lines += [
+            "",
+            f"RSS after the first round {first:.0f} MiB, after the last {last:.0f} MiB ({growth:+.1f}%) over "
+            f"{total:,} answered requests, {failed} failed. Goal (flat within 5%, 0 failed): "
+            + ("**met**" if met else "**not met**")
+            + ".",
+        ]
+    return "\n".join(lines)
 
 
 def row_at(f: dict, server: str, clients: int) -> dict | None:
