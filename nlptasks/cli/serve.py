@@ -135,7 +135,7 @@ def cmd(args: argparse.Namespace) -> int:
 
     from nlptasks.serve.app import create_app
     from nlptasks.serve.factory import CONFIG_ENV, config_for_workers, use_threads
-    from nlptasks.serve.models import load_models
+    from nlptasks.serve.models import check_models, load_models
     from nlptasks.serve.state import ServerState, ServeSettings
 
     hf_logging.disable_progress_bar()
@@ -143,7 +143,6 @@ def cmd(args: argparse.Namespace) -> int:
         args.threads = max(1, (os.cpu_count() or 1) // args.workers)
     use_threads(args.threads)
     options = load_options(args, batch_size=args.max_batch_size)
-    models = load_models(args.runs, args.names, options)  # checks all first
     settings = ServeSettings(
         max_batch_size=args.max_batch_size,
         max_wait_ms=args.max_wait_ms,
@@ -154,8 +153,6 @@ def cmd(args: argparse.Namespace) -> int:
         body_timeout_s=args.body_timeout,
         api_key=args.api_key,
     )
-    state = ServerState(models=models, settings=settings)
-    _print_banner(args, state, list(models))
     server_options = {
         "host": args.host,
         "port": args.port,
@@ -163,11 +160,14 @@ def cmd(args: argparse.Namespace) -> int:
         "log_level": "warning" if args.quiet else "info",
         "timeout_graceful_shutdown": max(1, int(args.timeout + 0.999)),
     }
-    if args.workers > 1:
-        state.close()  # checked and loaded here; each worker loads its own copy
-        del state, models
+    if args.workers > 1:  # checked here, before any worker starts; each worker loads its own copy
+        names, manifests = check_models(args.runs, args.names, options)
+        _print_banner(args, names, [Path(r) for r in args.runs], manifests)
         os.environ[CONFIG_ENV] = config_for_workers(args.runs, args.names, options, settings, args.threads)
         return _run_workers(uvicorn, args.workers, server_options)
+    models = load_models(args.runs, args.names, options)  # checks all first
+    state = ServerState(models=models, settings=settings)
+    _print_banner(args, list(models), [m.run_dir for m in models.values()], [m.manifest for m in models.values()])
     config = uvicorn.Config(create_app(state), **server_options)
     server = uvicorn.Server(config)
     stopped_by: list[int] = []
@@ -213,15 +213,13 @@ def _run_workers(uvicorn: Any, workers: int, options: dict[str, Any]) -> int:
     return 0
 
 
-def _print_banner(args: argparse.Namespace, state: Any, names: list[str]) -> None:
+def _print_banner(args: argparse.Namespace, names: list[str], run_dirs: list[Path], manifests: list[Any]) -> None:
     """What is served, the page, the OpenAPI page, and a curl that works."""
     host = args.host if args.host not in ("0.0.0.0", "::") else "127.0.0.1"
     base = f"http://{'[' + host + ']' if ':' in host else host}:{args.port}"
-    for name in names:
-        served = state.models[name]
-        print(f"model {name}: {served.task} run {display(served.run_dir)}", file=sys.stderr)
-    first = state.models[names[0]]
-    body = json.dumps({"inputs": [_example(first)]}, ensure_ascii=False)
+    for name, run_dir, manifest in zip(names, run_dirs, manifests, strict=True):
+        print(f"model {name}: {manifest.get('task', '')} run {display(run_dir)}", file=sys.stderr)
+    body = json.dumps({"inputs": [_example(manifests[0])]}, ensure_ascii=False)
     auth = f' -H "Authorization: Bearer ${API_KEY_ENV}"' if args.api_key else ""
     print(
         f"page:    {base}/\n"
@@ -238,12 +236,12 @@ def _print_banner(args: argparse.Namespace, state: Any, names: list[str]) -> Non
         )
 
 
-def _example(served: Any) -> Any:
+def _example(manifest: dict[str, Any]) -> Any:
     """One input of the run's task, as the task's usage says (a text, or a list of a pair's texts)."""
     try:
         from nlptasks.pipeline import get_host
 
-        example = get_host().task(served.task).usage_for(served.manifest).example
+        example = get_host().task(str(manifest.get("task", ""))).usage_for(manifest).example
     except Exception:  # noqa: BLE001 - any trouble with the task's usage: a plain text
         example = ("your text",)
     return example[0] if len(example) == 1 else list(example)

@@ -16,7 +16,7 @@ from nlptasks.errors import NlptasksError
 from nlptasks.serve.state import ServedModel
 from nlptasks.types import LoadOptions
 
-__all__ = ["NAME", "check_runs", "load_models", "model_names"]
+__all__ = ["NAME", "check_models", "check_runs", "load_models", "model_names"]
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """A served model's name: letters, digits, ``.``, ``_`` and ``-`` (it is part of URLs)."""
@@ -68,14 +68,13 @@ def check_runs(run_dirs: Sequence[Path]) -> list[dict[str, Any]]:
     return manifests
 
 
-def load_models(
+def check_models(
     run_dirs: Sequence[Path], names: Sequence[str] | None = None, options: LoadOptions | None = None
-) -> dict[str, ServedModel]:
-    """Check, then load every run's predictor (step 10, as ``nlptasks infer`` does), each with the
-    same :class:`~nlptasks.types.LoadOptions` (``options.batch_size``: the server's largest batch,
-    so a gathered batch is one forward pass).  Every run is checked against the options (adapter,
-    backend, precision) before any weights load."""
-    from nlptasks.inference.loading import load_predictor, prepare_load
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """What :func:`load_models` checks before any weights load: the names, that every run is
+    complete, and every run against the options (adapter, backend, precision).  Returns the names
+    and the manifests; raises the first problem's error."""
+    from nlptasks.inference.loading import prepare_load
 
     options = options or LoadOptions()
     run_dirs = [Path(r) for r in run_dirs]
@@ -83,6 +82,21 @@ def load_models(
     manifests = check_runs(run_dirs)
     for run_dir in run_dirs:
         prepare_load(run_dir, options)
+    return chosen, manifests
+
+
+def load_models(
+    run_dirs: Sequence[Path], names: Sequence[str] | None = None, options: LoadOptions | None = None
+) -> dict[str, ServedModel]:
+    """Check, then load every run's predictor (step 10, as ``nlptasks infer`` does), each with the
+    same :class:`~nlptasks.types.LoadOptions` (``options.batch_size``: the server's largest batch,
+    so a gathered batch is one forward pass).  Every run is checked against the options (adapter,
+    backend, precision) before any weights load."""
+    from nlptasks.inference.loading import load_predictor
+
+    options = options or LoadOptions()
+    run_dirs = [Path(r) for r in run_dirs]
+    chosen, manifests = check_models(run_dirs, names, options)
     models: dict[str, ServedModel] = {}
     for name, run_dir, manifest in zip(chosen, run_dirs, manifests, strict=True):
         predictor = load_predictor(run_dir, options)
