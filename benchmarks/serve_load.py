@@ -168,11 +168,7 @@ def main() -> int:
                     flush=True,
                 )
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
     figures = {
         "command": info.command,
         "header": info.header(),
@@ -307,6 +303,15 @@ def reference(run_dir: Path, texts: list[str], threads: int) -> tuple[list[str],
     return labels, rates
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """A server stopped as Ctrl-C would (SIGTERM), killed if it has not ended within a minute."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -404,11 +409,7 @@ def soak(args: argparse.Namespace, work: Path, run_dir: Path, texts: list[str], 
                 flush=True,
             )
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     f = {"rounds": rounds, "clients": args.soak_clients, "threads": args.threads, "load_after": os.getloadavg()[0]}
     _docs.publish(args, _docs.block_name(__file__, "soak"), info, render_soak(f))
     return 0

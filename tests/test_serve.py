@@ -158,7 +158,11 @@ def test_models_health_and_metrics(client):
     assert [(m["id"], m["task"], m["object"], m["owned_by"]) for m in listed["data"]] == [
         (t, t, "model", "nlptasks") for t in ("cls", "ner", "pair", "sft")
     ]
-    assert client.get("/health").json() == {"status": "ok", "models": ["cls", "ner", "pair", "sft"]}
+    assert client.get("/health").json() == {
+        "status": "ok",
+        "models": ["cls", "ner", "pair", "sft"],
+        "worker": os.getpid(),
+    }
     client.post("/v1/predict/cls", json={"inputs": ["好"]})
     client.post("/v1/predict/nope", json={"inputs": ["好"]})
     text = client.get("/metrics")

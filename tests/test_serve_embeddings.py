@@ -62,7 +62,7 @@ def test_refusals_name_the_field_or_the_run(client):
         openai.BadRequestError, match=r"'tiny-cls' is a cls run and gives no embeddings.*/v1/predict/tiny-cls"
     ):
         client.embeddings.create(model="tiny-cls", input=TEXTS)
-    with pytest.raises(openai.NotFoundError, match=r"'nope' is not served here; served: tiny-bi, tiny-cls"):
+    with pytest.raises(openai.NotFoundError, match=r"no model 'nope' is served here; served: tiny-bi, tiny-cls"):
         client.embeddings.create(model="nope", input=TEXTS)
     with pytest.raises(openai.BadRequestError, match=r"input\[1\]: an empty text has no embedding"):
         client.embeddings.create(model="tiny-bi", input=["a", " "])

@@ -151,7 +151,7 @@ def test_completions_send_the_prompt_as_one_user_message(client, server):
 def test_refusals_name_the_model_or_the_field(client):
     with pytest.raises(openai.BadRequestError, match=r"'tiny-cls' is a cls run .*/v1/predict/tiny-cls"):
         client.chat.completions.create(model="tiny-cls", messages=[{"role": "user", "content": "hi"}])
-    with pytest.raises(openai.NotFoundError, match=r"'nope' is not served here; served: tiny-sft, tiny-cls"):
+    with pytest.raises(openai.NotFoundError, match=r"no model 'nope' is served here; served: tiny-sft, tiny-cls"):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match=r"n: only n=1 is supported \(got 2\)"):
         client.chat.completions.create(model="tiny-sft", messages=[{"role": "user", "content": "hi"}], n=2)

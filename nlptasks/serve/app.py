@@ -109,7 +109,7 @@ def create_app(state: ServerState) -> Any:
     )
     async def predict_route(name: str, body: PredictRequest, request: Request) -> Any:
         """One object per input, in order: exactly what `nlptasks infer` prints for the same inputs."""
-        served = _served(state, name)
+        served = state.served(name, "name")
         if len(body.inputs) > state.settings.max_inputs:
             raise ApiError(
                 400,
@@ -127,7 +127,7 @@ def create_app(state: ServerState) -> Any:
 
     @app.get("/v1/models/{name}", tags=["models"], responses=errors, summary="One served model (OpenAI's model shape)")
     async def model_route(name: str) -> Any:
-        return _model_card(_served(state, name))
+        return _model_card(state.served(name, "name"))
 
     @app.get("/health", tags=["server"], summary="Whether the server is up (no API key needed)")
     async def health_route() -> Any:
@@ -249,18 +249,6 @@ def _one_line_500(exc: BaseException) -> dict[str, Any]:
         f"the server failed on this request: {type(exc).__name__}: {first_line(exc)} "
         "(the server's log has the traceback)",
     )
-
-
-def _served(state: ServerState, name: str) -> ServedModel:
-    served = state.models.get(name)
-    if served is None:
-        raise ApiError(
-            404,
-            f"no model {name!r} is served here; served: {', '.join(state.models) or 'none'} "
-            "(GET /v1/models lists them)",
-            "name",
-        )
-    return served
 
 
 def _model_card(served: ServedModel) -> dict[str, Any]:

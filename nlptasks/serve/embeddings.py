@@ -56,20 +56,6 @@ def parse_embeddings(body: Any, max_inputs: int) -> tuple[str, list[str], str, i
     return model, texts, fmt, dimensions
 
 
-def _served(state: ServerState, name: str) -> ServedModel:
-    served = state.models.get(name)
-    if served is None:
-        raise ApiError(404, f"model {name!r} is not served here; served: {', '.join(state.models) or 'none'}", "model")
-    if not served.can_embed:
-        raise ApiError(
-            400,
-            f"model {name!r} is a {served.task or 'non-embedding'} run and gives no embeddings; "
-            f"use POST /v1/predict/{name} for its predictions",
-            "model",
-        )
-    return served
-
-
 def _encode(vector: Any, fmt: str) -> Any:
     import numpy as np
 
@@ -113,7 +99,7 @@ def add_routes(app: Any, state: ServerState) -> None:
         except ValueError as exc:
             raise ApiError(400, f"request body: not valid JSON ({exc})", "body") from None
         name, texts, fmt, dimensions = parse_embeddings(body, state.settings.max_inputs)
-        served = _served(state, name)
+        served = state.served(name, ability="embed")
         vectors, tokens = await served.call(_embed, served, texts)
         width = len(vectors[0])
         if dimensions is not None and dimensions != width:

@@ -176,20 +176,6 @@ def _as_error(exc: BaseException, request: ChatRequest, checking: bool) -> ApiEr
 # -- the routes ------------------------------------------------------------------------------------
 
 
-def _served(state: ServerState, name: str) -> ServedModel:
-    served = state.models.get(name)
-    if served is None:
-        raise ApiError(404, f"model {name!r} is not served here; served: {', '.join(state.models) or 'none'}", "model")
-    if not served.can_chat:
-        raise ApiError(
-            400,
-            f"model {name!r} is a {served.task or 'non-generating'} run and cannot chat; "
-            f"use POST /v1/predict/{name} for its predictions",
-            "model",
-        )
-    return served
-
-
 def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
@@ -211,7 +197,7 @@ async def _answer(request: Any, state: ServerState, kind: str, active: dict[str,
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ApiError(400, f"request body: not valid JSON ({exc})", "body") from None
         chat = parse_chat(body) if kind == "chat" else parse_completion(body)
-        served = _served(state, chat.model)
+        served = state.served(chat.model, ability="chat")
         request.state.model = served.name  # the metrics' model label (no {name} in these routes)
         if active.get(served.name, 0) >= state.settings.max_queue:
             raise ApiError(

@@ -75,6 +75,30 @@ class ServerState:
     settings: ServeSettings = field(default_factory=ServeSettings)
     metrics: Any = None  # nlptasks.serve.metrics.Metrics, set by the app
 
+    def served(self, name: str, field_name: str = "model", ability: str | None = None) -> ServedModel:
+        """The model served as ``name``; an :class:`~nlptasks.serve.errors.ApiError` 404 naming the
+        served ones if there is none, and with ``ability`` (``"chat"``, ``"embed"``: a
+        :class:`ServedModel` ``can_*`` property) a 400 saying where its predictions are if it cannot."""
+        from nlptasks.serve.errors import ApiError
+
+        served = self.models.get(name)
+        if served is None:
+            raise ApiError(
+                404,
+                f"no model {name!r} is served here; served: {', '.join(self.models) or 'none'} "
+                "(GET /v1/models lists them)",
+                field_name,
+            )
+        if ability is not None and not getattr(served, f"can_{ability}"):
+            cannot = {"chat": "cannot chat", "embed": "gives no embeddings"}.get(ability, f"cannot {ability}")
+            raise ApiError(
+                400,
+                f"model {name!r} is a {served.task or 'plugin'} run and {cannot}; "
+                f"use POST /v1/predict/{name} for its predictions",
+                field_name,
+            )
+        return served
+
     def close(self) -> None:
         """Stop every model's worker thread (after the server has stopped)."""
         for served in self.models.values():
