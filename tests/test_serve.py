@@ -533,3 +533,38 @@ def test_workers_share_the_port_and_answer_alike(trained):
             proc.kill()
     assert proc.returncode == 0, out
     assert "server stopped" in out
+
+
+def test_freed_memory_goes_back_to_the_system():
+    """What the batcher does every few seconds: after batches of many shapes, freed tensors stay in
+    glibc's heaps (the resident memory of a busy server crept up); malloc_trim gives them back."""
+    import random
+
+    import torch
+
+    from nlptasks.serve import memory
+
+    def rss_mb() -> float:
+        line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmRSS:"))
+        return int(line.split()[1]) / 1024
+
+    def batches_of_many_shapes() -> None:  # on another thread, as the model's worker thread does
+        rng, kept = random.Random(0), []
+        for _ in range(300):
+            kept.append(torch.ones(rng.randint(50_000, 2_000_000)))
+            if len(kept) > 20:
+                kept.pop(rng.randrange(len(kept)))
+
+    worker = threading.Thread(target=batches_of_many_shapes)
+    worker.start()
+    worker.join()
+    before = rss_mb()
+    if not memory.release_freed_memory():
+        pytest.skip("not glibc: no malloc_trim")
+    assert rss_mb() < before - 20
+    trimmer = memory.Trimmer(every_s=3600)
+    trimmer.last -= 3600
+    trimmer()  # an hour since the last: it trims now
+    trimmed = trimmer.last
+    trimmer()  # within the hour: not again
+    assert trimmer.last == trimmed > time.monotonic() - 60

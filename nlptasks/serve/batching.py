@@ -35,6 +35,7 @@ from typing import Any
 
 from nlptasks.inference.streaming import predict_chunk
 from nlptasks.serve.errors import ApiError
+from nlptasks.serve.memory import Trimmer
 
 __all__ = ["Batcher", "input_length"]
 
@@ -75,6 +76,7 @@ class Batcher:
         self.settings = settings
         self.metrics = metrics
         self.queued = 0  # inputs waiting (not yet in a batch)
+        self._trim = Trimmer()
         self._waiting: deque[_Waiting] = deque()
         self._arrived: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -251,4 +253,10 @@ class Batcher:
         caller of a predictor makes (:func:`nlptasks.inference.streaming.predict_chunk`)."""
         if self.metrics is not None:
             self.metrics.observe_batch(self.served.name, len(inputs))
-        return list(await self.served.call(predict_chunk, self.served.predictor, inputs))
+        return list(await self.served.call(self._predict, inputs))
+
+    def _predict(self, inputs: list[Any]) -> list[dict[str, Any]]:  # on the model's worker thread
+        try:
+            return list(predict_chunk(self.served.predictor, inputs))
+        finally:
+            self._trim()  # freed buffers back to the system, every few seconds (nlptasks.serve.memory)
