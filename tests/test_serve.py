@@ -371,6 +371,11 @@ def test_names_are_checked_before_loading(trained, cli, tmp_path):
     assert code == 2 and "cannot be a model name" in err
     code, _, err = cli("serve", trained["cls"], other, "--name", "a", "--name", "b")
     assert code == 2 and str(other) in err  # not a complete run
+    # with --workers, the same checks in the starting process, before any worker starts
+    code, _, err = cli("serve", trained["cls"], other, "--name", "a", "--name", "b", "--workers", "2")
+    assert code == 2 and str(other) in err and "Traceback" not in err
+    code, _, err = cli("serve", trained["cls"], trained["cls"], "--workers", "2")
+    assert code == 2 and "two runs would be served as 'cls'" in err
 
 
 # -- a real server -----------------------------------------------------------------------------------
