@@ -97,12 +97,16 @@ def test_measured_peak_is_cached_and_keeps_the_best(tmp_path, monkeypatch):
     monkeypatch.delenv("NLPTASKS_PEAK_TFLOPS", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     speeds = iter([2e11, 3e11, 1e11, 9e11])
-    monkeypatch.setattr(throughput, "_time_matmul", lambda dtype, device: next(speeds))
+    monkeypatch.setattr(throughput, "_time_matmul", lambda dtype, device, n=2048: next(speeds))
     seen = [throughput.device_peak_flops("fp32") for _ in range(4)]
     assert [s[0] for s in seen] == [2e11, 3e11, 3e11, 3e11]  # the best of three, then no more timing
     assert all(s[1] == "measured" for s in seen)
     stored = json.loads((tmp_path / "nlptasks" / "peak_flops.json").read_text())
-    assert list(stored.values()) == [{"flops": 3e11, "measurements": 3}]
+    (entry,) = stored.values()
+    assert (entry["flops"], entry["measurements"]) == (3e11, 3)
+    # each measurement says when, and how busy the machine was
+    assert [m["flops"] for m in entry["history"]] == [2e11, 3e11, 1e11]
+    assert all(m["at"].endswith("Z") and isinstance(m["load_average"], float) for m in entry["history"])
     monkeypatch.setenv("NLPTASKS_PEAK_TFLOPS", "oops")
     assert throughput.device_peak_flops("fp32") == (None, "environment (not a number)")
 
@@ -112,3 +116,27 @@ def test_a_real_matmul_measures_a_plausible_peak():
 
     flops = _time_matmul(__import__("torch").float32, "cpu", n=256)
     assert 1e8 < flops < 1e14
+
+
+def test_a_run_faster_than_the_measured_peak_raises_it_instead_of_an_mfu_over_100(tmp_path, monkeypatch):
+    """A peak timed on a busy machine can be below what a run then achieves: the run's figures
+    never show an MFU above 1; the cached peak is raised to the run's rate and says so."""
+    import torch
+
+    from nlptasks.engine.training import throughput
+
+    monkeypatch.delenv("NLPTASKS_PEAK_TFLOPS", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    if torch.cuda.is_available():
+        pytest.skip("a GPU's peak comes from the table")
+    monkeypatch.setattr(throughput, "_time_matmul", lambda dtype, device, n=2048: 1e6)  # a very slow timing
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    counts = {"tokens": 10_000, "slots": 12_000}
+    figures = throughput.throughput_figures(counts, 1.0, model, "fp32")
+    achieved = 6 * (64 * 64 + 64) * 10_000
+    assert figures["mfu"] == 1.0 and figures["peak_tflops"] == round(achieved / 1e12, 3)
+    assert figures["peak_source"].startswith("measured (raised to this run's own rate")
+    (entry,) = json.loads((tmp_path / "nlptasks" / "peak_flops.json").read_text()).values()
+    assert entry["flops"] == achieved and entry["raised_by_a_run"]["at"].endswith("Z")
+    slower = throughput.throughput_figures({"tokens": 5_000, "slots": 6_000}, 1.0, model, "fp32")
+    assert slower["mfu"] == 0.5 and slower["peak_source"] == "measured"
