@@ -287,3 +287,41 @@ def test_atomic_file_keeps_the_old_file_on_an_error(tmp_path):
         fh.write("new\n")
     assert path.read_text(encoding="utf-8") == "new\n"
     no_leftovers(tmp_path)
+
+
+# -- a process killed while writing -----------------------------------------------------------------
+
+
+def _killed_while_writing(command: list[str], out: Path) -> None:
+    """Start ``nlptasks COMMAND`` and SIGKILL it as soon as its temporary sibling of ``out`` exists."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "nlptasks", *command], cwd=ROOT, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600  # a hang guard only: the folder appears within seconds of its start
+        while not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.tmp-")]:
+            assert proc.poll() is None, f"ended before writing (exit {proc.returncode})"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not out.exists()  # nothing half-written under the name
+    assert [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.tmp-")]  # what the kill left
+
+
+@pytest.mark.parametrize("command", ["export", "eval"])
+def test_a_kill_mid_write_leaves_no_output_and_the_next_run_clears_its_leftovers(cli, cls_run, tmp_path, command):
+    """kill -9 while `export --onnx` or `eval -o` writes: no folder under the output's name, only the
+    temporary sibling; the same command run again writes the whole output and removes what the
+    killed one left (its process is gone), so killed attempts do not pile up."""
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "out"
+    args = ["export", str(cls_run), "--onnx", str(out)] if command == "export" else []
+    args = args or ["eval", str(cls_run), "--data", str(TEST_CSV), "-o", str(out)]
+    _killed_while_writing(args, out)
+    code, _, err = cli(*args)
+    assert code == 0, err
+    assert (out / ("COMPLETE" if command == "export" else "metrics.json")).exists()
+    no_leftovers(tmp_path)

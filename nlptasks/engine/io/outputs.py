@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -42,6 +43,7 @@ __all__ = [
     "os_errors",
     "probe",
     "refuse_inputs",
+    "remove_stale_temporaries",
     "same_path",
     "write_failed",
     "write_text",
@@ -130,6 +132,39 @@ def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}")
 
 
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary siblings of ``path`` (:func:`_temp_name`) left by processes that no
+    longer run (killed while writing: ``kill -9``, a power cut); returns what was removed.  A
+    sibling whose process id is alive is left alone, whoever that process is."""
+    removed = []
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.tmp-(\d+)-[0-9a-f]{{6}}$")
+    try:
+        siblings = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for sibling in siblings:
+        found = pattern.match(sibling.name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        if sibling.is_dir() and not sibling.is_symlink():
+            shutil.rmtree(sibling, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                sibling.unlink()
+        removed.append(sibling)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # another user's process, or no way to tell: leave its folder
+    return True
+
+
 def _fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -187,6 +222,7 @@ class OutputFile:
         self.direct = mode is not None and not stat.S_ISREG(mode)  # /dev/null, a pipe: no rename over it
         if not self.direct:
             make_folder(self.path.parent, what, self.path)
+            remove_stale_temporaries(self.path)  # what a killed earlier attempt left
         self.temp = self.path if self.direct else _temp_name(self.path)
         with _creating(self.path, what):
             self.fh: IO[Any] = (
@@ -328,6 +364,7 @@ def atomic_folder(
     path = Path(path)
     check_new_folder(path, what, inputs, probe=False, replaces=replaces)
     make_folder(path.parent, what, path)
+    remove_stale_temporaries(path)  # what a killed earlier attempt left
     temp = _temp_name(path)
     with _creating(path, what):
         temp.mkdir()
