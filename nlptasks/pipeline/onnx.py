@@ -60,7 +60,7 @@ def test_rows(manifest: dict[str, Any], limit: int) -> tuple[str | None, list[An
     return None, []
 
 
-def own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
     """The export's ``metrics.json``: ``nlptasks eval`` of the (complete) export folder ``work``
     (renamed to ``out`` when done) on the run's test file (else validation), or ``None`` when the
     run has no such local file."""
@@ -69,14 +69,14 @@ def own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) 
     from nlptasks.pipeline.evaluate import evaluate_run
 
     sources = (manifest.get("data") or {}).get("sources") or {}
-    exported_from = read_json_or_empty(run_dir / "metrics.json")
+    exported_from = _read_json(run_dir / "metrics.json")
     for split in ("test", "validation"):
         source = sources.get(split)
         if not isinstance(source, str) or not Path(source).is_file():
             continue
         folder = work / "eval" / "export"
         (result,) = evaluate_run(work, [source], output=folder, options=LoadOptions(backend="onnx"))
-        record = read_json_or_empty(folder / "metrics.json")
+        record = _read_json(folder / "metrics.json")
         write_json(folder / "metrics.json", {**record, "run": str(out)})  # not the temporary folder's name
         return json.loads(
             json.dumps(
@@ -98,7 +98,7 @@ def own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) 
     return None
 
 
-def read_json_or_empty(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, Any]:
     import json
 
     try:
@@ -305,7 +305,7 @@ def export_and_measure(
         )
         measured = measure(run_dir, work, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
         manifest["onnx"]["measured"] = measured
-        own = own_metrics(run_dir, work, out, read_manifest(run_dir))
+        own = _own_metrics(run_dir, work, out, read_manifest(run_dir))
         if own is None:  # no file to measure on: the run's figures are not the export's
             (work / "metrics.json").unlink(missing_ok=True)
         else:

@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nlptasks.engine.system.processes import process_alive
+
 __all__ = [
     "HEARTBEAT_GRACE",
     "HEARTBEAT_INTERVAL",
@@ -85,12 +87,8 @@ def _process_start(pid: int) -> float | None:
 
 def _owner_alive(pid: int, started: Any) -> bool:
     """Whether process ``pid`` of this machine lives and is the one that started the trial at ``started``."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not process_alive(pid):
         return False
-    except (PermissionError, OSError):
-        return True
     born = _process_start(pid)
     return not (isinstance(started, (int, float)) and born is not None and born > started + 1)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from nlptasks.engine.io.rundir import wrapped_io_error
+from nlptasks.engine.system.processes import process_alive
 from nlptasks.errors import NlptasksError
 
 __all__ = [
@@ -144,7 +145,7 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
         return removed
     for sibling in siblings:
         found = pattern.match(sibling.name)
-        if found is None or _alive(int(found.group(1))):
+        if found is None or process_alive(int(found.group(1))):
             continue
         if sibling.is_dir() and not sibling.is_symlink():
             shutil.rmtree(sibling, ignore_errors=True)
@@ -153,16 +154,6 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
                 sibling.unlink()
         removed.append(sibling)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # another user's process, or no way to tell: leave its folder
-    return True
 
 
 def _fsync_dir(folder: Path) -> None:

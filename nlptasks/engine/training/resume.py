@@ -29,7 +29,7 @@ from nlptasks.errors import NlptasksError, Problem
 if TYPE_CHECKING:
     from nlptasks.recipe import LoadedRecipe
 
-__all__ = ["checkpoint_problem", "differences", "find_run", "latest_checkpoint", "write_run_state"]
+__all__ = ["checkpoint_problem", "checkpoint_step", "differences", "find_run", "latest_checkpoint", "write_run_state"]
 
 log = logging.getLogger("nlptasks")
 
@@ -174,7 +174,8 @@ def checkpoint_problem(path: Path) -> str | None:
     return None
 
 
-def _step(path: Path) -> int:
+def checkpoint_step(path: Path) -> int:
+    """The optimizer step of a ``checkpoint-N`` folder (-1 for a name without one)."""
     try:
         return int(path.name.rsplit("-", 1)[-1])
     except ValueError:
@@ -187,7 +188,9 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
     if not checkpoints_dir.is_dir():
         return None
     folders = sorted(
-        (p for p in checkpoints_dir.glob("checkpoint-*") if p.is_dir() and _step(p) >= 0), key=_step, reverse=True
+        (p for p in checkpoints_dir.glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) >= 0),
+        key=checkpoint_step,
+        reverse=True,
     )
     for folder in folders:
         problem = checkpoint_problem(folder)

@@ -217,7 +217,7 @@ def raise_measured_peak(precision: str, flops: float) -> float:
     """A run computed ``flops`` FLOP/s, more than the cached measured peak: the measurement ran
     slow (a busy machine).  The cache keeps the higher figure (with when and why); returns it."""
     machine, dtype, _ = _machine_and_dtype(precision)
-    key = f"{machine} {str(dtype).removeprefix('torch.')}"
+    key = _cache_key(machine, dtype)
     cached = _read_cache()
     entry = cached.get(key) if isinstance(cached.get(key), dict) else {}
     best = max(flops, float(entry.get("flops") or 0.0))
@@ -295,8 +295,13 @@ def _stamp() -> dict[str, Any]:
     return {"at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "load_average": load}
 
 
+def _cache_key(machine: str, dtype: Any) -> str:
+    """A measured peak's entry in the cache: the machine, then the dtype (``... float32``)."""
+    return f"{machine} {str(dtype).removeprefix('torch.')}"
+
+
 def _measured(machine: str, dtype: Any, device: str) -> tuple[float | None, str]:
-    key = f"{machine} {str(dtype).removeprefix('torch.')}"
+    key = _cache_key(machine, dtype)
     cached = _read_cache()
     entry = cached.get(key) if isinstance(cached.get(key), dict) else {}
     best, times = entry.get("flops"), entry.get("measurements", 0)

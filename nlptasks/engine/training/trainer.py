@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlptasks.errors import NlptasksError, Problem, RecipeError, did_you_mean
@@ -349,19 +348,15 @@ def _diverged(ctx: RunContext, step: int, value: float, learning_rate: float) ->
     newest one before it, whose weights gave a finite loss."""
     import shutil
 
-    from nlptasks.engine.training.resume import checkpoint_problem
+    from nlptasks.engine.training.resume import checkpoint_problem, checkpoint_step
 
-    def number(p: Path) -> int:
-        tail = p.name.rsplit("-", 1)[-1]
-        return int(tail) if tail.isdigit() else -1
-
-    saved = [p for p in ctx.checkpoints_dir.glob("checkpoint-*") if p.is_dir() and number(p) >= 0]
-    removed = sorted(p for p in saved if number(p) >= step - 1)
+    saved = [p for p in ctx.checkpoints_dir.glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) >= 0]
+    removed = sorted(p for p in saved if checkpoint_step(p) >= step - 1)
     for p in removed:
         shutil.rmtree(p, ignore_errors=True)
-    good = [p for p in saved if number(p) < step - 1 and checkpoint_problem(p) is None]
+    good = [p for p in saved if checkpoint_step(p) < step - 1 and checkpoint_problem(p) is None]
     if good:
-        kept = f"the last good checkpoint is {max(good, key=number)}"
+        kept = f"the last good checkpoint is {max(good, key=checkpoint_step)}"
     else:
         kept = "no resumable checkpoint was saved before it" + (
             "" if ctx.recipe.output.checkpoint_steps else " (output.checkpoint_steps is not set)"
