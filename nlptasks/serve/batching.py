@@ -253,7 +253,7 @@ class Batcher:
         caller of a predictor makes (:func:`nlptasks.inference.streaming.predict_chunk`)."""
         if self.metrics is not None:
             self.metrics.observe_batch(self.served.name, len(inputs))
-        return list(await self.served.call(self._predict, inputs))
+        return await self.served.call(self._predict, inputs)
 
     def _predict(self, inputs: list[Any]) -> list[dict[str, Any]]:  # on the model's worker thread
         try:
