@@ -261,3 +261,37 @@ def test_floor_list_names_real_modules():
         for prefix in prefixes:
             path = ROOT / Path(*prefix.split("."))
             assert path.with_suffix(".py").exists() or (path / "__init__.py").exists(), prefix
+
+
+def test_the_wheel_holds_every_module_and_file(tmp_path):
+    """A plain `pip install` (not editable) gets every module: pyproject.toml lists packages by name,
+    and a package folder missing from the list (engine.io, inference: it happened) was absent from
+    the wheel while editable installs and the tests saw it.  Built without isolation (offline)."""
+    import zipfile
+
+    code = run_process(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ]
+    )
+    assert code.returncode == 0, code.stderr
+    (wheel,) = tmp_path.glob("nlptasks-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {
+        ("nlptasks_plugins" / path.relative_to(ROOT / "plugins")).as_posix()
+        if path.is_relative_to(ROOT / "plugins")
+        else path.relative_to(ROOT).as_posix()
+        for top in ("nlptasks", "plugins")
+        for path in (ROOT / top).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    assert wanted - names == set()
