@@ -1,14 +1,18 @@
 """What the nlptasks-vs-peer benchmarks share: the offline environment, the MiniLM model, a work
-folder, timing one side as a fresh process, and the library versions in the results."""
+folder, timing one side as a fresh process, competing CPU-bound jobs, and the library versions in
+the results."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import resource
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,3 +68,30 @@ def versions(*packages: str) -> dict[str, str | None]:
         except md.PackageNotFoundError:
             out[name] = None
     return out
+
+
+COMPETE_HELP = (
+    "run N CPU-bound jobs beside every side of the benchmark (a busy machine, as users have; "
+    "default: 0, a quiet machine); the header's load averages show them"
+)
+
+
+@contextlib.contextmanager
+def competing_jobs(n: int) -> Iterator[None]:
+    """``n`` CPU-bound processes (a busy loop each, niceness 0, as another user's job) for the
+    duration of the block, killed after it: every side of a benchmark measured inside it meets the
+    same competition.  ``n = 0``: nothing."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        for _ in range(n)
+    ]
+    try:
+        if procs:
+            time.sleep(2)  # let them take their share before anything is timed
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

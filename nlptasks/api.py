@@ -64,8 +64,9 @@ def load(
     whole), as ``nlptasks infer``'s flags: ``adapter`` / ``base_only`` for runs trained with
     ``[peft]``; ``precision`` (``auto``: the run's own training precision where the device has
     it, else fp32);
-    ``backend`` (``auto``: ONNX Runtime for a folder made by ``nlptasks export --onnx``, torch
-    otherwise; or a plugin's backend); ``device``; ``batch_size`` and ``max_length``; ``threads``
+    ``backend`` (``auto``: ONNX Runtime for a folder made by ``nlptasks export --onnx``; for a run,
+    the fastest export of it measured agreeing with its fp32 weights on this machine, when there is
+    one; torch otherwise; or a plugin's backend); ``device``; ``batch_size`` and ``max_length``; ``threads``
     (ONNX Runtime's).  They apply to this predictor only: loading the same run again with other
     options gives an independent predictor."""
     from nlptasks.errors import NlptasksError

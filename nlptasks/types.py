@@ -376,7 +376,10 @@ class LoadOptions:
         device computes in it: bf16 for a bf16 run on a GPU or CPU with bf16; else fp32), ``fp32``, or
         ``bf16`` (a CUDA GPU with bf16, or a CPU that computes in bf16 natively).
     :param backend: the runtime that loads the folder: ``auto`` (the backend whose export the folder
-        is, e.g. ``onnx`` for ``nlptasks export --onnx``; else ``torch``), ``torch``, ``onnx``, or a
+        is, e.g. ``onnx`` for ``nlptasks export --onnx``; for a run loaded with ``precision``,
+        ``device`` and the adapter left to their defaults, the fastest export of it that ``nlptasks
+        export`` measured agreeing with its fp32 weights on this machine's CPU, recorded in the run's
+        ``deployments.json``: :mod:`nlptasks.inference.deployments`; else ``torch``), ``torch``, ``onnx``, or a
         backend a plugin registers (``nlptasks plugins`` lists them).  The predictor receives the
         options with the backend chosen for its folder.
     :param device: ``auto`` (a CUDA GPU when there is one, else the CPU), ``cpu``, ``cuda`` or

@@ -64,7 +64,9 @@ def add_load_arguments(p: Any, *flags: str) -> None:
             default="auto",
             metavar="NAME",
             help="runtime that loads the run: auto (default: ONNX Runtime for a folder made by `nlptasks "
-            "export --onnx`, else torch), torch, onnx, or a backend a plugin adds (`nlptasks plugins`); "
+            "export --onnx`; for a run, with --precision and --device auto, the fastest export of it that "
+            "`nlptasks export` measured on this machine's CPU agreeing with its fp32 weights on validation "
+            "rows (docs/onnx.md), else torch), torch, onnx, or a backend a plugin adds (`nlptasks plugins`); "
             "a named backend insists (an error when the folder is another backend's)",
         )
     if "device" in flags:

@@ -110,6 +110,7 @@ def cmd(args: argparse.Namespace) -> int:
 def _onnx(args: argparse.Namespace) -> int:
     import sys
 
+    from nlptasks.inference.deployments import not_faster
     from nlptasks.pipeline.onnx import export_and_measure
 
     manifest, warnings = export_and_measure(
@@ -139,6 +140,23 @@ def _onnx(args: argparse.Namespace) -> int:
             f"on {measured['inputs']} inputs of {measured['file']}: {measured['changed']} predictions differ from "
             f"torch, scores by up to {measured['max_score_diff']:.1e}" + (f"; {gold}" if gold else "")
         )
+    entry = info.get("deployment")
+    if entry:
+        ratio = entry["speed"]["batched"] / entry["run_speed"]["batched"]
+        single = entry["speed"]["single"] / entry["run_speed"]["single"]
+        print(
+            f"against the run's fp32 weights on {entry['rows']} {entry['split']} rows: {entry['why']}; "
+            f"{ratio:.2f}x its rows/s batched, {single:.2f}x one at a time"
+        )
+        why = None if entry["agrees"] else "it does not agree"
+        why = why or not_faster(entry)
+        if why is None:
+            print(
+                f"nlptasks infer / serve / eval and nlptasks.load of {display(args.run)} now answer with this "
+                "export on this machine (--backend torch: the run's own weights)"
+            )
+        else:
+            print(f"loads of {display(args.run)} keep its own weights: {why}")
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f'try: nlptasks infer --model {display(args.onnx)} "..."')

@@ -7,6 +7,7 @@ Above the engine and the plugin host, below the public plugin API, the pipeline 
 ``torch_backend``  ``onnx_backend``: the two built-in backends
 ``precision``      the device and dtype of a torch model, from a load's options
 ``runs``           the manifest for a chosen adapter; ``load_trained_model``, ``load_run``
+``deployments``    the exports a run has measured agreeing and faster, which answer for it under ``auto``
 ``loading``        ``load_predictor``: step 10 through the host, with explicit ``LoadOptions``
 ``forward``        batched forward passes that predictors call
 ``streaming``      reading inputs, predicting in chunks, writing results

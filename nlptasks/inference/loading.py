@@ -4,27 +4,54 @@ task, loaded with explicit :class:`~nlptasks.types.LoadOptions` (what ``nlptasks
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from nlptasks.engine.io.rundir import latest_run, read_manifest
+from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
 from nlptasks.inference.backends import backend_for
+from nlptasks.inference.deployments import Choice, choose_deployment
 from nlptasks.inference.runs import LEGACY_OPTIONS, choose
 from nlptasks.types import LoadOptions
 
-__all__ = ["latest_run", "load_predictor", "prepare_load", "read_manifest"]
+__all__ = ["Prepared", "latest_run", "load_predictor", "prepare_load", "read_manifest"]
 
 
-def prepare_load(run_dir: Path, options: LoadOptions, host: Host | None = None) -> tuple[dict[str, Any], LoadOptions]:
-    """``(manifest, options)`` for loading ``run_dir``: the manifest with the adapter chosen, the
-    options with the backend chosen for the folder.  Every refusal (an unknown adapter, a backend
-    that cannot load the folder, bf16 where there is none) comes from here, before any weights load."""
+class Prepared(NamedTuple):
+    """What a load of a run reads: ``folder`` (the run, or the recorded deployment that answers for
+    it: :mod:`nlptasks.inference.deployments`), its manifest with the adapter chosen, and the
+    options with the backend chosen for the folder."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    options: LoadOptions
+
+
+def prepare_load(run_dir: Path, options: LoadOptions, host: Host | None = None) -> Prepared:
+    """What loading ``run_dir`` with ``options`` reads (:class:`Prepared`).  With every choice left to
+    ``auto``, a faster export this run has shown to agree with it on this machine answers for it
+    (:func:`~nlptasks.inference.deployments.choose_deployment`).  Every refusal (an unknown
+    adapter, a backend that cannot load the folder, bf16 where there is none) comes from here,
+    before any weights load."""
     run_dir = Path(run_dir)
     manifest = choose(read_manifest(run_dir), run_dir, options.adapter, options.base_only)
-    backend = backend_for(run_dir, manifest, options, host)
-    return manifest, options.but(backend=backend.name)
+    chosen = choose_deployment(run_dir, manifest, options)
+    if chosen.folder != run_dir:
+        try:
+            run_dir, manifest = chosen.folder, read_manifest(chosen.folder)
+        except NlptasksError as exc:  # damaged since it was measured: named, not trusted, not fatal
+            logging.getLogger("nlptasks").warning(
+                "%s, recorded to answer for %s, cannot be used: %s; answering with the run's own weights",
+                chosen.folder,
+                run_dir,
+                exc,
+            )
+            chosen = Choice(run_dir, options)
+    backend = backend_for(run_dir, manifest, chosen.options, host)
+    return Prepared(run_dir, manifest, chosen.options.but(backend=backend.name))
 
 
 def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host | None = None) -> Any:
@@ -38,7 +65,7 @@ def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host
     host = host or get_host()
     run_dir = Path(run_dir)
     options = options or LoadOptions()
-    manifest, options = prepare_load(run_dir, options, host)
+    run_dir, manifest, options = prepare_load(run_dir, options, host)
     task = host.task(manifest.get("task", "?"))
     hook = host.hooks_for(task).nlptasks_load_predictor
     legacy = _legacy_implementations(hook)

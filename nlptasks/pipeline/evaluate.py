@@ -8,7 +8,10 @@ the steps run in evaluation mode (``ctx.trained_run``, see :class:`nlptasks.RunC
 labels · 5 the run's trained model · 6 metrics · 7/8 arguments, collator and Trainer (nothing is
 trained) · ``nlptasks_evaluate`` · ``nlptasks_errors`` · ``nlptasks_report``.
 
-So a run's own test file gives back exactly the test metrics ``nlptasks run`` printed.  The eval
+So a run's own test file gives back exactly the test metrics ``nlptasks run`` printed (with
+``--backend torch``, or when no export answers for the run: with every load choice ``auto``, an
+export that ``nlptasks export`` measured agreeing and faster scores for the run, as it answers
+for it in ``infer`` and ``serve``, and the eval folder's ``metrics.json`` names it as ``run``).  The eval
 folder holds ``metrics.json``, ``errors.jsonl`` (every wrong prediction with its file row, gold
 and predicted values), ``report.md`` (the metrics and the task's per-class table) and the task's
 figures (a confusion matrix).
@@ -89,7 +92,9 @@ def evaluate_run(
     host = host or get_host()
     run_dir = Path(run_dir)
     # the adapter and --backend against the folder's kind, before any data is read
-    manifest, options = prepare_load(run_dir, options or LoadOptions(), host)
+    # (with every choice auto, a recorded faster export that agrees with the run scores for it, as it answers
+    # for it in infer and serve: inference/deployments.py)
+    folder, manifest, options = prepare_load(run_dir, options or LoadOptions(), host)
     backend = backend_table(host)[options.backend]
     if backend.eval_module is None:
         raise NlptasksError(
@@ -126,7 +131,7 @@ def evaluate_run(
         check_new_folder(out, "--output", inputs, replaces=earlier_eval)
     results = []
     for f, out in zip(paths, outputs, strict=True):
-        results.append(_evaluate_file(run_dir, manifest, backend, raw, f, overrides, out, host, progress))
+        results.append(_evaluate_file(folder, manifest, backend, raw, f, overrides, out, host, progress))
     return results
 
 

@@ -30,20 +30,25 @@ from typing import Any
 
 from nlptasks.engine.io.outputs import atomic_folder
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json, write_text_atomic
+from nlptasks.engine.system.machine import cpu_name
+from nlptasks.inference.deployments import DEPLOYMENTS, agreement, folder_digest, record_deployment
 from nlptasks.inference.loading import load_predictor
 from nlptasks.inference.onnx_export import DEFAULT_OPSET, export_onnx
 from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
 from nlptasks.inference.streaming import iter_file
 from nlptasks.types import LoadOptions
 
-__all__ = ["compare_results", "export_and_measure", "measure", "test_rows"]
+__all__ = ["compare_results", "export_and_measure", "measure", "measure_deployment", "test_rows"]
 
 
-def test_rows(manifest: dict[str, Any], limit: int) -> tuple[str | None, list[Any]]:
-    """``(file, rows)``: up to ``limit`` rows of the run's test file (else validation, else train),
-    as the dicts a predictor takes; ``(None, [])`` when none is a local file."""
+def test_rows(
+    manifest: dict[str, Any], limit: int, splits: tuple[str, ...] = ("test", "validation", "train")
+) -> tuple[str | None, list[Any]]:
+    """``(file, rows)``: up to ``limit`` rows of the run's first split in ``splits`` (test, else
+    validation, else train) that is a local file the generic reader reads, as the dicts a predictor
+    takes; ``(None, [])`` when there is none."""
     sources = (manifest.get("data") or {}).get("sources") or {}
-    for split in ("test", "validation", "train"):
+    for split in splits:
         source = sources.get(split)
         if not isinstance(source, str) or not Path(source).is_file():
             continue
@@ -168,17 +173,76 @@ def compare_results(
     return {"inputs": len(rows), "changed": changed, "max_score_diff": gap, "gold": gold}
 
 
-def measure(run_dir: Path, out: Path, rows_limit: int = 2000) -> dict[str, Any]:
+def measure(run_dir: Path, torch_predictor: Any, onnx_predictor: Any, rows_limit: int = 2000) -> dict[str, Any]:
     """Compare the torch run and its ONNX export through the task's predictor on the run's test
     inputs (see the module docstring)."""
     source, rows = test_rows(read_manifest(run_dir), rows_limit)
     if not rows:
         return {"inputs": 0, "note": "the run has no local test, validation or train file to measure on"}
-    torch_predictor = load_predictor(run_dir, LoadOptions(precision="fp32", backend="torch"))
-    onnx_predictor = load_predictor(out, LoadOptions(backend="onnx"))
     result = compare_results(rows, torch_predictor(rows), onnx_predictor(rows))
     result["file"] = source
     return result
+
+
+def _rates(
+    predictor: Any, rows: list[Any], repeats: int = 2, single_rows: int = 32
+) -> tuple[list[Any], dict[str, float]]:
+    """``(results, {"batched": rows/s, "single": rows/s})``: ``predictor`` on ``rows`` in its own
+    batches (best of ``repeats``, after a warm-up) and one row at a time on the first ``single_rows``."""
+    import time
+
+    predictor(rows[:8])
+    best, results = float("inf"), []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        results = predictor(rows)
+        best = min(best, time.perf_counter() - started)
+    few = rows[:single_rows]
+    started = time.perf_counter()
+    for row in few:
+        predictor([row])
+    single = time.perf_counter() - started
+    return results, {"batched": round(len(rows) / best, 1), "single": round(len(few) / single, 1)}
+
+
+def measure_deployment(
+    run_dir: Path, out: Path, label: str, torch_predictor: Any, onnx_predictor: Any, rows_limit: int = 512
+) -> dict[str, Any] | None:
+    """The export ``out`` (``label``: how it was made, ``onnx int8``) against the run's fp32 torch weights on up to
+    ``rows_limit`` of the run's validation rows (else training rows, never test rows): answers
+    compared, agreement (:func:`nlptasks.inference.deployments.agreement`), rows per second of each
+    side; the entry ``RUN/deployments.json`` records (``None``: no local rows to measure on)."""
+    import datetime as _dt
+
+    import torch
+
+    manifest = read_manifest(run_dir)
+    source, rows = test_rows(manifest, rows_limit, ("validation", "train"))
+    if not rows:
+        return None
+    torch_results, run_speed = _rates(torch_predictor, rows)
+    onnx_results, speed = _rates(onnx_predictor, rows)
+    compared = compare_results(rows, torch_results, onnx_results)
+    agrees, why = agreement(compared)
+    sources = (manifest.get("data") or {}).get("sources") or {}
+    return {
+        "folder": str(out.resolve()),
+        "backend": "onnx",
+        "label": label,
+        "split": next((s for s in ("validation", "train") if sources.get(s) == source), "validation"),
+        "file": source,
+        "rows": len(rows),
+        "compared": compared,
+        "agrees": agrees,
+        "why": why,
+        "speed": speed,
+        "run_speed": run_speed,
+        "run_precision": "fp32",
+        "cpu": cpu_name(),
+        "threads": torch.get_num_threads(),
+        "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "run_digest": folder_digest(run_dir),
+    }
 
 
 def _quantization_lines(how: dict[str, Any]) -> list[str]:
@@ -224,6 +288,27 @@ def _own_lines(own: dict[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def _deployment_lines(entry: dict[str, Any] | None, run_dir: Path) -> list[str]:
+    """The card's section on whether loads of the run answer with this export."""
+    if not entry:
+        return []
+    speed, base = entry["speed"], entry["run_speed"]
+    verdict = (
+        f"Loads of `{run_dir}` with every choice `auto` answer with this export on this machine's CPU "
+        "when it is faster (`--backend torch`: the run's own weights)."
+        if entry["agrees"]
+        else f"It does not agree, so loads of `{run_dir}` keep answering with the run's own weights."
+    )
+    return [
+        f"## Against the run's fp32 weights on {entry['rows']} {entry['split']} rows",
+        "",
+        f"Agreement: {entry['why']}. Rows/s batched {speed['batched']} vs {base['batched']} "
+        f"({speed['batched'] / base['batched']:.2f}x), one at a time {speed['single']} vs {base['single']} "
+        f"({speed['single'] / base['single']:.2f}x), {entry['threads']} thread(s), {entry['cpu']}. {verdict}",
+        "",
+    ]
+
+
 def _card(run_dir: Path, out: Path, manifest: dict[str, Any], own: dict[str, Any] | None = None) -> str:
     info = manifest["onnx"]
     sizes = ", ".join(f"{k.replace('_bytes', '')} {v / 1e6:.2f} MB" for k, v in info["sizes"].items())
@@ -241,6 +326,7 @@ def _card(run_dir: Path, out: Path, manifest: dict[str, Any], own: dict[str, Any
         "",
         *_own_lines(own),
     ]
+    lines += _deployment_lines(info.get("deployment"), run_dir)
     measured = info.get("measured") or {}
     if measured.get("inputs"):
         lines += [
@@ -303,8 +389,22 @@ def export_and_measure(
             int8_weights=int8_weights,
             calibration_rows=calibration_rows,
         )
-        measured = measure(run_dir, work, rows) if rows > 0 else {"inputs": 0, "note": "--check-rows 0"}
+        torch_predictor = load_predictor(run_dir, LoadOptions(precision="fp32", backend="torch"))
+        onnx_predictor = load_predictor(work, LoadOptions(backend="onnx"))
+        measured = (
+            measure(run_dir, torch_predictor, onnx_predictor, rows)
+            if rows > 0
+            else {"inputs": 0, "note": "--check-rows 0"}
+        )
         manifest["onnx"]["measured"] = measured
+        deployment = (
+            measure_deployment(run_dir, out, f"onnx {quantize}", torch_predictor, onnx_predictor)
+            if adapter is None
+            else None
+        )
+        del torch_predictor, onnx_predictor
+        if deployment is not None:
+            manifest["onnx"]["deployment"] = {k: v for k, v in deployment.items() if k != "compared"}
         own = _own_metrics(run_dir, work, out, read_manifest(run_dir))
         if own is None:  # no file to measure on: the run's figures are not the export's
             (work / "metrics.json").unlink(missing_ok=True)
@@ -313,7 +413,17 @@ def export_and_measure(
         write_json(work / MANIFEST, manifest)
         write_text_atomic(work / "README.md", _card(run_dir, out, manifest, own))
         mark_complete(work)  # sealed again: the manifest changed
+        if deployment is not None:
+            deployment["folder_digest"] = folder_digest(work)
     warnings = []
+    if deployment is not None:  # once the folder is in place under its name: then auto may answer with it
+        try:
+            record_deployment(run_dir, deployment)
+        except OSError as exc:
+            warnings.append(
+                f"cannot record the export in {run_dir / DEPLOYMENTS} ({exc.strerror or exc}): loads of the run "
+                f"keep answering with its own weights; use the export by its folder: {out}"
+            )
     for key, figures in measured.get("gold", {}).items():
         if -figures["change_points"] > max_drop:
             warnings.append(

@@ -37,6 +37,7 @@ UNSEALED = frozenset(
         "COMPLETE",
         SUMS,
         "nlptasks-run.json",
+        "deployments.json",  # the exports measured against the run (nlptasks.inference.deployments)
     }
 )
 """Top-level files of a run folder that are not sealed: documents and markers nothing loads."""

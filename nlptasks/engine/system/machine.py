@@ -11,7 +11,7 @@ from nlptasks.errors import Problem, RecipeError
 if TYPE_CHECKING:
     from nlptasks.recipe import Recipe
 
-__all__ = ["check_machine", "cpu_has_bf16", "from_pretrained_kwargs", "machine_problems"]
+__all__ = ["check_machine", "cpu_has_bf16", "cpu_name", "from_pretrained_kwargs", "machine_problems"]
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -25,6 +25,22 @@ def cpu_has_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows: what machine-bound
+    measurements (the MFU peak, a deployment's speed) are keyed on."""
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: bool | None = None) -> list[Problem]:

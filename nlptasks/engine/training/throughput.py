@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.system.machine import cpu_name
+
 __all__ = [
     "TOTALS",
     "count_training_tokens",
@@ -209,7 +211,7 @@ def _machine_and_dtype(precision: str) -> tuple[str, Any, str]:
     half = precision in ("bf16", "fp16")
     if torch.cuda.is_available():
         return f"cuda {torch.cuda.get_device_name()}", torch.bfloat16 if half else torch.float32, "cuda"
-    machine = f"cpu {_cpu_name()} threads={torch.get_num_threads()}"
+    machine = f"cpu {cpu_name()} threads={torch.get_num_threads()}"
     return machine, torch.bfloat16 if precision == "bf16" else torch.float32, "cpu"
 
 
@@ -243,18 +245,6 @@ def device_peak_flops(precision: str) -> tuple[float | None, str]:
             if key in name:
                 return (fast if half else full), "table"
     return _measured(*_machine_and_dtype(precision))
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def _cache_file() -> Path:

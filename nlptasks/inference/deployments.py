@@ -1,0 +1,215 @@
+"""What ``auto`` answers a run with: the fastest configuration that this run has shown to agree with
+its own fp32 weights, on this machine.
+
+``nlptasks export RUN --onnx OUT`` (any ``--quantize``) measures the export against the run's torch
+weights in fp32 on the run's validation rows (else its training rows; never its test rows, which
+stay for reporting) and records the result in ``RUN/deployments.json``, one entry per export folder:
+the answers compared (:func:`agreement`), the rows per second of each side batched and one at a
+time, the machine and the checksums of both folders.  A later load of ``RUN`` with every choice
+left to ``auto`` (``LoadOptions()``: ``nlptasks infer``, ``serve``, ``eval`` and ``nlptasks.load``
+without ``--backend``, ``--precision``, ``--adapter``) answers with the recorded export that
+
+* agrees: every discrete field the validation file holds (a ``label``, ner's ``tags``) scores
+  within :data:`TOLERANCE_POINTS` points of fp32 torch, or, where there is none to score, the
+  discrete answers are identical and floats within :data:`FLOAT_TOLERANCE`;
+* was measured on this machine's CPU (speed is a property of the machine) and loads on the CPU;
+* is faster: at least :data:`MIN_SPEEDUP` times the run's rows per second batched, and not slower
+  one at a time;
+* is still the folder that was measured (its ``SHA256SUMS`` unchanged, exported from this run,
+  whose ``SHA256SUMS`` is unchanged too);
+
+the fastest of them.  Otherwise the run's own weights answer, as before.  The choice is logged
+(``nlptasks`` logger, INFO) with its figures and the flag that turns it off (``--backend torch``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nlptasks.engine.io.checksums import SUMS
+from nlptasks.engine.io.rundir import COMPLETE, write_json
+from nlptasks.engine.system.machine import cpu_name
+from nlptasks.types import LoadOptions
+
+__all__ = [
+    "DEPLOYMENTS",
+    "FLOAT_TOLERANCE",
+    "MIN_SPEEDUP",
+    "TOLERANCE_POINTS",
+    "Choice",
+    "agreement",
+    "choose_deployment",
+    "folder_digest",
+    "not_faster",
+    "read_deployments",
+    "record_deployment",
+]
+
+DEPLOYMENTS = "deployments.json"
+TOLERANCE_POINTS = 0.3
+"""Largest drop, in points of accuracy of a discrete field, that still counts as agreeing with fp32."""
+FLOAT_TOLERANCE = 1e-3
+"""Largest float difference that agrees with fp32 where the task has no discrete field to score."""
+MIN_SPEEDUP = 1.05
+"""A deployment answers for the run only when it measured at least this much faster (noise margin)."""
+
+_log = logging.getLogger("nlptasks")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The folder a load reads and the options it reads it with; ``entry`` is the deployment record
+    chosen (``None``: the folder asked for)."""
+
+    folder: Path
+    options: LoadOptions
+    entry: dict[str, Any] | None = None
+
+
+def folder_digest(folder: Path) -> str | None:
+    """The sha256 of ``folder``'s ``SHA256SUMS`` (which names every file loading reads): the folder's
+    identity, changed by any change of its weights; ``None`` for a folder without it."""
+    try:
+        return hashlib.sha256((folder / SUMS).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def agreement(measured: Mapping[str, Any]) -> tuple[bool, str]:
+    """``(agrees, why)`` for a comparison of answers (``nlptasks.pipeline.onnx.compare_results``:
+    ``inputs``, ``changed``, ``max_score_diff``, ``gold``), by the rule of the module docstring."""
+    gold = measured.get("gold") or {}
+    if not measured.get("inputs"):
+        return False, "no rows to compare on"
+    if gold:
+        drops = {k: -float(v["change_points"]) for k, v in gold.items()}
+        worst = max(drops, key=lambda k: drops[k])
+        figures = ", ".join(f"{k} {v['torch']:.4f} → {v['onnx']:.4f}" for k, v in gold.items())
+        if drops[worst] > TOLERANCE_POINTS:
+            return False, f"{figures}: {worst} drops {drops[worst]:.2f} points (more than {TOLERANCE_POINTS})"
+        return True, f"{figures} (no drop of more than {TOLERANCE_POINTS} points)"
+    gap = float(measured.get("max_score_diff") or 0.0)
+    if measured.get("changed"):
+        return False, f"{measured['changed']} of {measured['inputs']} answers differ and none can be scored"
+    if gap > FLOAT_TOLERANCE:
+        return False, f"floats differ by up to {gap:.1e} (more than {FLOAT_TOLERANCE:.0e}) and none can be scored"
+    return True, f"the same answers on {measured['inputs']} rows, floats within {gap:.1e}"
+
+
+def read_deployments(run_dir: Path) -> list[dict[str, Any]]:
+    """The entries of ``run_dir/deployments.json`` (``[]`` when there is none or it cannot be read:
+    a damaged record is not trusted, the run's own weights answer)."""
+    try:
+        value = json.loads((Path(run_dir) / DEPLOYMENTS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        _log.warning("%s: ignored (%s); the run's own weights answer", Path(run_dir) / DEPLOYMENTS, exc)
+        return []
+    entries = value.get("deployments") if isinstance(value, dict) else None
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+@contextlib.contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    with (run_dir / f".{DEPLOYMENTS}.lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def record_deployment(run_dir: Path, entry: Mapping[str, Any]) -> None:
+    """Add ``entry`` (its ``folder`` absolute) to ``run_dir/deployments.json``, replacing an earlier
+    entry for the same folder; concurrent exports of one run each keep theirs (a lock)."""
+    run_dir = Path(run_dir)
+    with _locked(run_dir):
+        entries = [e for e in read_deployments(run_dir) if e.get("folder") != entry["folder"]]
+        write_json(run_dir / DEPLOYMENTS, {"deployments": [*entries, dict(entry)]})
+
+
+def _asks_auto(options: LoadOptions) -> bool:
+    return (
+        options.backend == "auto"
+        and options.precision == "auto"
+        and options.device in ("auto", "cpu")
+        and options.adapter is None
+        and not options.base_only
+    )
+
+
+def _usable(entry: Mapping[str, Any], run_dir: Path, run_digest: str | None, cpu: str) -> str | None:
+    """Why ``entry`` cannot answer for the run now (``None``: it can)."""
+    folder = Path(str(entry.get("folder", "")))
+    if not entry.get("agrees"):
+        return "did not agree with fp32"
+    if entry.get("cpu") != cpu:
+        return f"measured on another CPU ({entry.get('cpu')})"
+    if not (folder / COMPLETE).is_file():
+        return "the folder is gone or incomplete"
+    if entry.get("folder_digest") != folder_digest(folder):
+        return "the folder changed since it was measured"
+    if entry.get("run_digest") != run_digest:
+        return "the run changed since it was measured"
+    return not_faster(entry)
+
+
+def not_faster(entry: Mapping[str, Any]) -> str | None:
+    """Why the deployment ``entry`` is not faster than its run by the rule of the module docstring
+    (``None``: it is)."""
+    speed, base = entry.get("speed") or {}, entry.get("run_speed") or {}
+    try:
+        batched = float(speed["batched"]) / float(base["batched"])
+        single = float(speed["single"]) / float(base["single"])
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return "no speed recorded"
+    if batched < MIN_SPEEDUP or single < 1.0:
+        return f"not faster ({batched:.2f}x batched, {single:.2f}x one at a time; needs {MIN_SPEEDUP}x and 1x)"
+    return None
+
+
+def choose_deployment(run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions) -> Choice:
+    """The folder and options a load of ``run_dir`` with ``options`` reads (module docstring)."""
+    run_dir = Path(run_dir)
+    if not _asks_auto(options) or manifest.get("backend") not in (None, "torch"):
+        return Choice(run_dir, options)
+    entries = read_deployments(run_dir)
+    if not entries:
+        return Choice(run_dir, options)
+    import torch
+
+    if options.device == "auto" and torch.cuda.is_available():
+        return Choice(run_dir, options)  # measured on the CPU; the run's weights go to the GPU
+    run_digest, cpu = folder_digest(run_dir), cpu_name()
+    usable = []
+    for entry in entries:
+        why = _usable(entry, run_dir, run_digest, cpu)
+        if why is None:
+            usable.append(entry)
+        else:
+            _log.debug("%s: recorded deployment %s not used: %s", run_dir, entry.get("folder"), why)
+    if not usable:
+        return Choice(run_dir, options)
+    best = max(usable, key=lambda e: float(e["speed"]["batched"]))
+    folder = Path(best["folder"])
+    _log.info(
+        "answering with %s (%s): measured on %s rows of %s: %s; %.2fx the run's rows/s batched, %.2fx one at a "
+        "time. For the run's own weights: --backend torch",
+        folder,
+        best.get("label", best.get("backend")),
+        best.get("rows"),
+        best.get("file"),
+        best.get("why"),
+        float(best["speed"]["batched"]) / float(best["run_speed"]["batched"]),
+        float(best["speed"]["single"]) / float(best["run_speed"]["single"]),
+    )
+    return Choice(folder, options.but(backend=str(best.get("backend", "auto"))), best)
