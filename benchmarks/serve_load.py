@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import csv
 import json
 import os
@@ -205,7 +206,7 @@ def serve_rows(
     cmd = server_command(args, run_dir, server, port)
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
     log = work / f"{server.replace(' ', '_').replace('-', '')}.log"
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log.open("w"), start_new_session=True)
     labels = expected["ours" if server.startswith("nlptasks") else "torch"]
     rows = []
     try:
@@ -354,12 +355,17 @@ def reference(run_dir: Path, texts: list[str], threads: int) -> tuple[dict[str, 
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """A server stopped as Ctrl-C would (SIGTERM), killed if it has not ended within a minute."""
-    proc.send_signal(signal.SIGTERM)
+    """A server stopped as Ctrl-C would (SIGTERM to its process group: LitServe's and uvicorn's
+    worker processes too), the group killed if it has not ended within a minute, and killed anyway
+    after that (a worker left behind would compete with the next server)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(60)
     except subprocess.TimeoutExpired:
         proc.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -481,7 +487,9 @@ def soak(args: argparse.Namespace, work: Path, run_dir: Path, texts: list[str], 
     cmd = [sys.executable, "-m", "nlptasks", "-q", "serve", str(run_dir), "--name", "m", "--port", str(port)]
     cmd += ["--no-access-log", "--max-queue", str(args.max_queue), "--threads", str(args.threads)]
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "soak.log").open("w"))
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "soak.log").open("w"), start_new_session=True
+    )
     rounds: list[dict] = []
     try:
         url = f"http://127.0.0.1:{port}/v1/predict/m"

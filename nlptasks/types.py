@@ -292,6 +292,14 @@ class Predictor(Protocol):
     called, before any generation.  ``info``, a dict, receives ``prompt_tokens`` (at the call),
     then ``completion_tokens`` and ``finish_reason`` (``"stop"`` or ``"length"``) when the reply
     ends: the server's ``usage`` and ``finish_reason``.
+
+    Optional beside ``chat``, for replies generated together (the server batches the chat
+    requests that waited while the model was busy): ``chat_batch(calls) -> Iterator[(index, kind,
+    value)]``, each call a dict of ``chat``'s arguments (``messages`` and optionally the settings,
+    ``stop``, ``info``) plus ``cancelled``, a callable asked between tokens.  Events per call:
+    ``("error", exc)`` for an invalid conversation (nothing else follows for it), else ``("ready",
+    None)``, ``("piece", text)`` (possibly empty) and one ``("end", None)``.  A greedy reply and its
+    ``info`` must be exactly those ``chat`` gives the same call alone.
     """
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]: ...

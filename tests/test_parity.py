@@ -127,3 +127,23 @@ def _cached(runs: Path, key: str, make) -> Path:  # noqa: ANN001
     if key not in _RUNS or not _RUNS[key].exists():
         _RUNS[key] = make()
     return _RUNS[key]
+
+
+def test_cpu_batches_end_where_padding_would_pass_the_budget():
+    """What a server gathers is of mixed lengths: on a CPU a batch ends before an input that would
+    make its padding more than PAD_BUDGET of its tokens (every input once, in length order); on a
+    GPU and within batch_size, batches are full."""
+    from nlptasks.inference.forward import PAD_BUDGET, length_batches
+
+    lengths = [10] * 20 + [40] * 5 + [11] * 3 + [3, 120]
+    batches = length_batches(lengths, 32, cpu=True)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(lengths)
+    for b in batches:
+        width, real = max(lengths[i] for i in b), sum(lengths[i] for i in b)
+        assert len(b) == 1 or width * len(b) <= (1 + PAD_BUDGET) * real, b
+    assert len(batches) >= 3  # 3 | 10-11 | 40 | 120 at least
+    assert [len(b) for b in length_batches(lengths, 32, cpu=False)] == [30]
+    assert all(len(b) <= 4 for b in length_batches(lengths, 4, cpu=True))
+    assert length_batches([], 8, cpu=True) == []

@@ -274,3 +274,107 @@ def test_a_wrong_api_key_is_refused(trained):
             model="tiny-sft", messages=[{"role": "user", "content": "hi"}], max_tokens=3
         )
         assert answer.usage.completion_tokens <= 3
+
+
+def _solo(predictor, messages, **settings) -> tuple[str, dict]:
+    info: dict = {}
+    return "".join(predictor.chat(messages, info=info, **settings)), info
+
+
+def test_chat_batch_gives_each_conversation_its_own_reply(server):
+    """``Predictor.chat_batch``: conversations generated together (left-padded, one generate per
+    sampling setting) get, greedy, exactly the reply and usage ``chat`` gives each alone, with their
+    own max_new_tokens and stop strings; an invalid one is an error event that the others do not
+    notice; a cancelled one ends while the others go on."""
+    predictor = server[1].models["tiny-sft"].predictor
+    user = lambda text: [{"role": "user", "content": text}]  # noqa: E731
+    long_reply, _ = _solo(predictor, user(QUESTION), max_new_tokens=40)
+    stop = long_reply[len(long_reply) // 2 : len(long_reply) // 2 + 2].strip() or None
+    calls = [
+        {"messages": user(QUESTION), "max_new_tokens": 40},
+        {"messages": user("老街民宿在哪里？"), "max_new_tokens": 3},
+        {"messages": "not a conversation"},
+        {"messages": user(QUESTION), "max_new_tokens": 40, "stop": [stop] if stop else None},
+        {"messages": user("重复下面这句话。"), "max_new_tokens": 40, "temperature": 0.8, "top_p": 0.9},
+        {"messages": user("重复下面这句话。"), "max_new_tokens": 40},
+    ]
+    for call in calls:
+        call["info"] = {}
+    texts, kinds = {i: "" for i in range(len(calls))}, {i: [] for i in range(len(calls))}
+    for index, kind, value in predictor.chat_batch(calls):
+        kinds[index].append(kind)
+        if kind == "piece":
+            texts[index] += value
+    assert kinds[2] == ["error"]
+    for index, call in enumerate(calls):
+        if index == 2:
+            continue
+        assert kinds[index][0] == "ready" and kinds[index][-1] == "end" and kinds[index].count("end") == 1
+        if call.get("temperature"):
+            continue  # sampled: its own random draw
+        settings = {k: call[k] for k in ("max_new_tokens", "stop") if call.get(k)}
+        text, info = _solo(predictor, call["messages"], **settings)
+        assert texts[index] == text, index
+        assert call["info"] == info, index
+    assert calls[1]["info"]["completion_tokens"] <= 3
+
+    seen = []
+    cancel = {"messages": user(QUESTION), "max_new_tokens": 40, "cancelled": lambda: len(seen) >= 2}
+    other = {"messages": user("重复下面这句话。"), "max_new_tokens": 40, "info": {}}
+    done = ""
+    for index, kind, value in predictor.chat_batch([cancel, other]):
+        if index == 0 and kind == "piece":
+            seen.append(value)
+        if index == 1 and kind == "piece":
+            done += value
+    assert len(seen) == 2
+    assert done == _solo(predictor, other["messages"], max_new_tokens=40)[0]
+
+
+def test_chats_that_wait_are_generated_together(server):
+    """Requests that arrive while the model is busy are answered in one batch (``chat_batch``), each
+    with exactly the reply it gets alone; a seeded sampling request is never batched."""
+    import concurrent.futures
+    import threading
+
+    import httpx
+
+    url, state = server
+    served = state.models["tiny-sft"]
+    real = served.predictor.chat_batch
+    sizes = []
+
+    def spy(calls):  # the real method, counted
+        sizes.append(len(calls))
+        return real(calls)
+
+    prompts = [(QUESTION, 20), ("老街民宿在哪里？", 6), ("重复下面这句话。", 20), (QUESTION, 3)]
+    expected = [_solo(served.predictor, [{"role": "user", "content": p}], max_new_tokens=n)[0] for p, n in prompts]
+    served.predictor.chat_batch = spy
+    gate = threading.Event()
+    try:
+        busy = served.executor.submit(gate.wait, 60)  # the model's worker thread is busy: requests queue
+
+        def ask(prompt, tokens, seed=None):
+            body = {"model": "tiny-sft", "messages": [{"role": "user", "content": prompt}], "max_tokens": tokens}
+            if seed is not None:
+                body.update(temperature=0.9, seed=seed)
+            r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+            assert r.status_code == 200, r.text
+            return r.json()["choices"][0]["message"]["content"]
+
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(ask, p, n) for p, n in prompts]
+            seeded = pool.submit(ask, QUESTION, 10, 7)
+            deadline = time.monotonic() + 30
+            while len(served.chat_queue.pending) < len(prompts) + 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            gate.set()
+            answers = [f.result() for f in futures]
+            seeded.result()
+        busy.result()
+    finally:
+        gate.set()
+        del served.predictor.chat_batch
+    assert answers == expected
+    assert sizes == [len(prompts)]  # one batch of the four greedy requests; the seeded one alone

@@ -47,6 +47,7 @@ class ServedModel:
     predictor: Any
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=1))
     batcher: Any = None  # nlptasks.serve.batching.Batcher, set by the app
+    chat_queue: Any = None  # nlptasks.serve.openai._ChatQueue, set by the app for models that chat
 
     @property
     def task(self) -> str:

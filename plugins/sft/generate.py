@@ -6,7 +6,7 @@ same way."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .templates import render
@@ -119,6 +119,65 @@ class ChatMixin:
         the reply before them.  Invalid messages raise ``DataError`` here, before any generation.
         See :func:`stream_reply` for the pieces and for what ``info`` receives.
         """
+        return stream_reply(
+            self.model,
+            self.tokenizer,
+            self._conversation(messages),
+            self.stop_ids,
+            self._settings(max_new_tokens, temperature, top_p),
+            max_length=self.max_length,
+            stop=stop or (),
+            info=info,
+        )
+
+    def chat_batch(self, calls: Sequence[dict[str, Any]]) -> Iterator[tuple[int, str, Any]]:
+        """Several conversations' replies generated together, streamed as ``(index, kind, value)``
+        events: ``error`` (an invalid conversation, before anything is generated for it),
+        ``ready``, then ``piece`` (text, possibly empty) and ``end``; see :class:`nlptasks.types.
+        Predictor`.  Each call holds ``chat``'s arguments (``messages`` and optionally
+        ``max_new_tokens``, ``temperature``, ``top_p``, ``stop``, ``info``) and ``cancelled``, a
+        callable asked between tokens.  Calls with the same sampling settings share one left-padded
+        ``model.generate`` (:func:`stream_batch`): a greedy reply is the one ``chat`` gives alone."""
+        from nlptasks.plugin import NlptasksError
+
+        groups: dict[tuple[float, float], list[tuple[int, list[int], Reply, GenerationSettings]]] = {}
+        for index, call in enumerate(calls):
+            try:
+                conversation = self._conversation(call["messages"])
+            except NlptasksError as exc:
+                yield index, "error", exc
+                continue
+            settings = self._settings(call.get("max_new_tokens"), call.get("temperature"), call.get("top_p"))
+            ids = prompt_ids(self.tokenizer, conversation, self.max_length)
+            info = call.get("info")
+            info = {} if info is None else info
+            info["prompt_tokens"] = len(ids)
+            stops = [s for s in (call.get("stop") or ()) if s]
+            reply = Reply(stops, settings.max_new_tokens, info, call.get("cancelled"))
+            key = (
+                settings.temperature if settings.temperature > 0 else 0.0,
+                settings.top_p if settings.temperature > 0 else 1.0,
+            )
+            groups.setdefault(key, []).append((index, ids, reply, settings))
+        for rows in groups.values():
+            for index, *_ in rows:
+                yield index, "ready", None
+            events = stream_batch(
+                self.model,
+                self.tokenizer,
+                [ids for _, ids, _, _ in rows],
+                self.stop_ids,
+                rows[0][3],
+                [reply for _, _, reply, _ in rows],
+            )
+            try:
+                for row, kind, value in events:
+                    yield rows[row][0], kind, value
+            finally:
+                events.close()
+
+    def _conversation(self, messages: Any) -> list[dict[str, str]]:
+        """``messages`` read as a chat row at inference; a ``DataError`` naming what is wrong."""
         from nlptasks.plugin import DataError
 
         from .data import RowProblem, to_messages
@@ -126,7 +185,7 @@ class ChatMixin:
         if not isinstance(messages, list):
             raise DataError("messages must be a list of {role, content} turns")
         try:
-            conversation = to_messages(
+            return to_messages(
                 {"messages": messages},
                 "chat",
                 self.options.model_copy(update={"messages_column": "messages"}),
@@ -134,21 +193,15 @@ class ChatMixin:
             )
         except RowProblem as exc:
             raise DataError(f"messages: {exc}") from None
+
+    def _settings(
+        self, max_new_tokens: int | None, temperature: float | None, top_p: float | None
+    ) -> GenerationSettings:
         own = self.settings
-        settings = GenerationSettings(
+        return GenerationSettings(
             max_new_tokens=own.max_new_tokens if max_new_tokens is None else max_new_tokens,
             temperature=own.temperature if temperature is None else temperature,
             top_p=own.top_p if top_p is None else top_p,
-        )
-        return stream_reply(
-            self.model,
-            self.tokenizer,
-            conversation,
-            self.stop_ids,
-            settings,
-            max_length=self.max_length,
-            stop=stop or (),
-            info=info,
         )
 
 
@@ -175,24 +228,105 @@ def stream_reply(
     generated, an end-of-turn token included) and ``finish_reason`` (``"stop"``: an end-of-turn
     token or a ``stop`` string; ``"length"``: ``max_new_tokens`` reached) when the reply ends.
     """
+    ids = prompt_ids(tokenizer, messages, max_length)
+    info = {} if info is None else info
+    info["prompt_tokens"] = len(ids)
+    row = Reply(stop=[s for s in stop if s], max_new_tokens=settings.max_new_tokens, info=info)
+    return _one(stream_batch(model, tokenizer, [ids], stop_ids, settings, [row]))
+
+
+def _one(events: Iterator[tuple[int, str, Any]]) -> Iterator[str]:
+    """The pieces of a one-row :func:`stream_batch`; its error raised; closing it stops the generation."""
+    try:
+        for _, kind, value in events:
+            if kind == "piece":
+                yield value
+            elif kind == "error":
+                raise value
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+
+
+def prompt_ids(tokenizer: Any, messages: list[dict[str, str]], max_length: int | None) -> list[int]:
+    """The token ids of a conversation's generation prompt, as :func:`generate` builds them."""
     prompt = render(tokenizer, messages, generation_prompt=True)
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    if max_length is not None:
-        ids = ids[-max_length:]
-    info = {} if info is None else info
-    info.update(prompt_tokens=len(ids), completion_tokens=0, finish_reason=None)
-    return _pieces(model, tokenizer, ids, stop_ids, settings, [s for s in stop if s], info)
+    return ids[-max_length:] if max_length is not None else ids
 
 
-def _pieces(
+@dataclass
+class Reply:
+    """One row of a generation streamed in pieces: its own ``stop`` strings, ``max_new_tokens`` and
+    ``info`` (see :func:`stream_reply`), and ``cancelled`` (asked between tokens: true stops it)."""
+
+    stop: list[str]
+    max_new_tokens: int
+    info: dict[str, Any] | None = None
+    cancelled: Any = None  # Callable[[], bool] | None
+    generated: list[int] = field(default_factory=list)
+    sent: str = ""
+    finish: str | None = None  # "stop" or "length" once ended
+
+    def __post_init__(self) -> None:
+        self.info = {} if self.info is None else self.info
+        self.info.update(completion_tokens=0, finish_reason=None)
+
+    def done(self) -> bool:
+        return self.finish is not None or bool(self.cancelled and self.cancelled())
+
+    def take(self, token: int, tokenizer: Any, stop_ids: list[int]) -> str:
+        """Add one generated token; the piece of text it makes certain (may be empty)."""
+        info = self.info
+        assert info is not None
+        info["completion_tokens"] += 1
+        if token in stop_ids:
+            self.finish = "stop"
+            return ""
+        self.generated.append(token)
+        text = tokenizer.decode(self.generated, skip_special_tokens=True).lstrip()
+        hit = _first_stop(text, self.stop)
+        if hit >= 0:
+            self.finish = "stop"
+            return ""
+        if info["completion_tokens"] >= self.max_new_tokens:
+            self.finish = "length"
+        ready = _stable(text, self.stop)
+        piece = ready[len(self.sent) :] if ready.startswith(self.sent) else ""
+        self.sent += piece
+        return piece
+
+    def last(self, tokenizer: Any) -> str:
+        """The rest of the reply once it has ended (``info``'s ``finish_reason`` set)."""
+        assert self.info is not None
+        text = tokenizer.decode(self.generated, skip_special_tokens=True).strip()
+        hit = _first_stop(text, self.stop)
+        if hit >= 0:
+            text, self.finish = text[:hit].rstrip(), "stop"
+        self.info["finish_reason"] = self.finish or "length"
+        return text[len(self.sent) :] if text.startswith(self.sent) and len(text) > len(self.sent) else ""
+
+
+def _first_stop(text: str, stop: list[str]) -> int:
+    return min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+
+
+def stream_batch(
     model: Any,
     tokenizer: Any,
-    ids: list[int],
+    prompts: list[list[int]],
     stop_ids: list[int],
     settings: GenerationSettings,
-    stop: list[str],
-    info: dict[str, Any],
-) -> Iterator[str]:
+    replies: list[Reply],
+) -> Iterator[tuple[int, str, Any]]:
+    """One ``model.generate`` over ``prompts`` (left-padded, as :func:`generate` batches them),
+    streamed: events ``(row, "piece", text)`` per generated token of each running row (possibly
+    empty), ``(row, "end", None)`` when a row's reply has ended (its end-of-turn token, a stop
+    string, its own ``max_new_tokens``, or ``cancelled``), and ``(row, "error", exc)`` for every
+    unfinished row if generation fails.  ``settings`` give the sampling (shared by the batch) and
+    ``max_new_tokens`` is the longest row's; a row that has ended stops being computed (transformers'
+    per-row stopping), the others go on.  Closing the iterator stops the generation."""
     import queue
     import threading
 
@@ -208,7 +342,7 @@ def _pieces(
         prompt_seen = False
 
         def put(self, value: Any) -> None:
-            if not self.prompt_seen:  # generate() first hands over the prompt
+            if not self.prompt_seen:  # generate() first hands over the prompts
                 self.prompt_seen = True
                 return
             tokens.put(value.reshape(-1).tolist())
@@ -218,22 +352,30 @@ def _pieces(
 
     class Halt(StoppingCriteria):
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-            return torch.full((input_ids.shape[0],), halt.is_set(), dtype=torch.bool, device=input_ids.device)
+            stopped = [halt.is_set() or reply.done() for reply in replies]
+            return torch.tensor(stopped, dtype=torch.bool, device=input_ids.device)
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, seq in enumerate(prompts):
+        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq) :] = 1
+    kwargs = {**settings.kwargs(), "max_new_tokens": max(r.max_new_tokens for r in replies)}
 
     def run() -> None:
         try:
             with torch.inference_mode():
                 model.generate(
-                    input_ids=torch.tensor([ids], dtype=torch.long, device=device),
-                    attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=device),
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
                     eos_token_id=stop_ids,
                     pad_token_id=pad_id,
                     streamer=Streamer(),
                     stopping_criteria=StoppingCriteriaList([Halt()]),
-                    **settings.kwargs(),
+                    **kwargs,
                 )
         except BaseException as exc:  # handed to the consumer
             failure.append(exc)
@@ -244,41 +386,35 @@ def _pieces(
     model.eval()
     thread = threading.Thread(target=run, name="nlptasks-sft-chat", daemon=True)
     thread.start()
-    generated: list[int] = []
-    sent = ""
-    finish = "length"
+    running = set(range(len(replies)))
     try:
-        while finish == "length":
+        while running:
             step = tokens.get()
             if step is None:
                 break
-            info["completion_tokens"] += len(step)
-            for token in step:
-                if token in stop_ids:
-                    finish = "stop"
-                    break
-                generated.append(token)
-            text = tokenizer.decode(generated, skip_special_tokens=True).lstrip()
-            hit = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
-            if hit >= 0:
-                text, finish = text[:hit], "stop"
-            if finish == "stop":
-                break
-            ready = _stable(text, stop)
-            piece = ready[len(sent) :] if ready.startswith(sent) else ""
-            sent += piece
-            yield piece
+            for row in sorted(running):
+                reply = replies[row]
+                if reply.done():  # cancelled by its consumer
+                    running.discard(row)
+                    yield row, "end", None
+                    continue
+                yield row, "piece", reply.take(step[row], tokenizer, stop_ids)
+                if reply.finish is not None:
+                    running.discard(row)
+                    rest = reply.last(tokenizer)
+                    if rest:
+                        yield row, "piece", rest
+                    yield row, "end", None
         halt.set()
         thread.join()
-        if failure:
-            raise failure[0]
-        text = tokenizer.decode(generated, skip_special_tokens=True).strip()
-        hit = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
-        if hit >= 0:
-            text, finish = text[:hit].rstrip(), "stop"
-        info["finish_reason"] = finish
-        if text.startswith(sent) and len(text) > len(sent):
-            yield text[len(sent) :]
+        for row in sorted(running):  # the generation ended first (every row's tokens given)
+            if failure:
+                yield row, "error", failure[0]
+                continue
+            rest = replies[row].last(tokenizer)
+            if rest:
+                yield row, "piece", rest
+            yield row, "end", None
     finally:
         halt.set()
         thread.join()
