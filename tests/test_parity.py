@@ -130,20 +130,18 @@ def _cached(runs: Path, key: str, make) -> Path:  # noqa: ANN001
 
 
 def test_cpu_batches_end_where_padding_would_pass_the_budget():
-    """What a server gathers is of mixed lengths: on a CPU a batch ends before an input that would
-    make its padding more than PAD_BUDGET of its tokens (every input once, in length order); on a
-    GPU and within batch_size, batches are full."""
-    from nlptasks.inference.forward import PAD_BUDGET, length_batches
+    """What a server gathers is of mixed lengths: on a CPU a batch of CUT_TOKENS or more ends before
+    an input that would make its padding more than PAD_BUDGET of its tokens; short batches are not
+    cut (small matrix products cost more per token); on a GPU batches are batch_size long."""
+    from nlptasks.inference.forward import CUT_TOKENS, length_batches
 
-    lengths = [10] * 20 + [40] * 5 + [11] * 3 + [3, 120]
-    batches = length_batches(lengths, 32, cpu=True)
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    flat = [lengths[i] for b in batches for i in b]
-    assert flat == sorted(lengths)
-    for b in batches:
-        width, real = max(lengths[i] for i in b), sum(lengths[i] for i in b)
-        assert len(b) == 1 or width * len(b) <= (1 + PAD_BUDGET) * real, b
-    assert len(batches) >= 3  # 3 | 10-11 | 40 | 120 at least
-    assert [len(b) for b in length_batches(lengths, 32, cpu=False)] == [30]
+    lengths = [10] * 30 + [40] * 10 + [3]
+    cpu = length_batches(lengths, 32, cpu=True)
+    assert [len(b) for b in cpu] == [31, 10]  # 3 and the 10s (310 tokens), then the 40s
+    assert [lengths[i] for b in cpu for i in b] == sorted(lengths)
+    assert sorted(i for b in cpu for i in b) == list(range(len(lengths)))
+    assert [len(b) for b in length_batches(lengths, 32, cpu=False)] == [32, 9]
+    short = [4] * 16 + [8] * 16  # 64 tokens before the 8s: below CUT_TOKENS, kept whole
+    assert 4 * 16 < CUT_TOKENS and [len(b) for b in length_batches(short, 32, cpu=True)] == [32]
     assert all(len(b) <= 4 for b in length_batches(lengths, 4, cpu=True))
     assert length_batches([], 8, cpu=True) == []
