@@ -185,3 +185,17 @@ def test_the_agreement_rule(measured, agrees):
     assert verdict is agrees and why
     if measured["gold"] and not agrees:
         assert str(TOLERANCE_POINTS) in why
+
+
+def test_an_export_whose_answers_depend_on_the_batch_never_answers_for_the_run(runs, cli, tmp_path):
+    """`--quantize int8-dynamic` is opt-in: measured and recorded, but never chosen by auto, however
+    fast and close it is."""
+    run_dir = tiny_run(runs, "cls.toml", "deploy-dynamic", "data.max_train_rows=300")
+    out = tmp_path / "dynamic"
+    code, stdout, err = cli("export", run_dir, "--onnx", out, "--quantize", "int8-dynamic", "--check-rows", "0")
+    assert code == 0, err
+    entry = _entry(run_dir)
+    assert entry["agrees"] is False and "depend on the rows batched with it" in entry["why"]
+    assert "keep its own weights" in stdout
+    _faster(run_dir)
+    assert _answers_with(run_dir) != "OnnxModel"

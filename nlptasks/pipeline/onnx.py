@@ -206,7 +206,13 @@ def _rates(
 
 
 def measure_deployment(
-    run_dir: Path, out: Path, label: str, torch_predictor: Any, onnx_predictor: Any, rows_limit: int = 512
+    run_dir: Path,
+    out: Path,
+    label: str,
+    torch_predictor: Any,
+    onnx_predictor: Any,
+    rows_limit: int = 512,
+    batch_independent: bool = True,
 ) -> dict[str, Any] | None:
     """The export ``out`` (``label``: how it was made, ``onnx int8``) against the run's fp32 torch weights on up to
     ``rows_limit`` of the run's validation rows (else training rows, never test rows): answers
@@ -224,6 +230,8 @@ def measure_deployment(
     onnx_results, speed = _rates(onnx_predictor, rows)
     compared = compare_results(rows, torch_results, onnx_results)
     agrees, why = agreement(compared)
+    if not batch_independent:  # opt-in only: auto never answers with what depends on its batch
+        agrees, why = False, f"{why}; but its answers depend on the rows batched with it (dynamic quantization)"
     sources = (manifest.get("data") or {}).get("sources") or {}
     return {
         "folder": str(out.resolve()),
@@ -398,7 +406,14 @@ def export_and_measure(
         )
         manifest["onnx"]["measured"] = measured
         deployment = (
-            measure_deployment(run_dir, out, f"onnx {quantize}", torch_predictor, onnx_predictor)
+            measure_deployment(
+                run_dir,
+                out,
+                f"onnx {quantize}",
+                torch_predictor,
+                onnx_predictor,
+                batch_independent=(manifest["onnx"].get("quantization") or {}).get("batch_independent", True),
+            )
             if adapter is None
             else None
         )
