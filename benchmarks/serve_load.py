@@ -484,8 +484,7 @@ def train(work: Path, rows: int) -> Path:
 def soak(args: argparse.Namespace, work: Path, run_dir: Path, texts: list[str], expected: list[str], info) -> int:  # noqa: ANN001
     """``nlptasks serve`` under ``--soak-clients`` clients for ``--soak`` minutes: RSS per round."""
     port = free_port()
-    cmd = [sys.executable, "-m", "nlptasks", "-q", "serve", str(run_dir), "--name", "m", "--port", str(port)]
-    cmd += ["--no-access-log", "--max-queue", str(args.max_queue), "--threads", str(args.threads)]
+    cmd = [*server_command(args, run_dir, "nlptasks serve", port), "--threads", str(args.threads)]
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "soak.log").open("w"), start_new_session=True

@@ -110,7 +110,7 @@ def cmd(args: argparse.Namespace) -> int:
 def _onnx(args: argparse.Namespace) -> int:
     import sys
 
-    from nlptasks.inference.deployments import not_faster
+    from nlptasks.inference.deployments import refusal, speedups
     from nlptasks.pipeline.onnx import export_and_measure
 
     manifest, warnings = export_and_measure(
@@ -142,14 +142,12 @@ def _onnx(args: argparse.Namespace) -> int:
         )
     entry = info.get("deployment")
     if entry:
-        ratio = entry["speed"]["batched"] / entry["run_speed"]["batched"]
-        single = entry["speed"]["single"] / entry["run_speed"]["single"]
+        ratio, single = speedups(entry) or (0.0, 0.0)
         print(
             f"against the run's fp32 weights on {entry['rows']} {entry['split']} rows: {entry['why']}; "
             f"{ratio:.2f}x its rows/s batched, {single:.2f}x one at a time"
         )
-        why = None if entry["agrees"] else "it does not agree"
-        why = why or not_faster(entry)
+        why = refusal(entry)
         if why is None:
             print(
                 f"nlptasks infer / serve / eval and nlptasks.load of {display(args.run)} now answer with this "

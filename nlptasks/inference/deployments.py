@@ -49,7 +49,8 @@ __all__ = [
     "agreement",
     "choose_deployment",
     "folder_digest",
-    "not_faster",
+    "refusal",
+    "speedups",
     "read_deployments",
     "record_deployment",
 ]
@@ -67,12 +68,10 @@ _log = logging.getLogger("nlptasks")
 
 @dataclass(frozen=True)
 class Choice:
-    """The folder a load reads and the options it reads it with; ``entry`` is the deployment record
-    chosen (``None``: the folder asked for)."""
+    """The folder a load reads and the options it reads it with."""
 
     folder: Path
     options: LoadOptions
-    entry: dict[str, Any] | None = None
 
 
 def folder_digest(folder: Path) -> str | None:
@@ -151,8 +150,6 @@ def _asks_auto(options: LoadOptions) -> bool:
 def _usable(entry: Mapping[str, Any], run_dir: Path, run_digest: str | None, cpu: str) -> str | None:
     """Why ``entry`` cannot answer for the run now (``None``: it can)."""
     folder = Path(str(entry.get("folder", "")))
-    if not entry.get("agrees"):
-        return "did not agree with fp32"
     if entry.get("cpu") != cpu:
         return f"measured on another CPU ({entry.get('cpu')})"
     if not (folder / COMPLETE).is_file():
@@ -161,18 +158,28 @@ def _usable(entry: Mapping[str, Any], run_dir: Path, run_digest: str | None, cpu
         return "the folder changed since it was measured"
     if entry.get("run_digest") != run_digest:
         return "the run changed since it was measured"
-    return not_faster(entry)
+    return refusal(entry)
 
 
-def not_faster(entry: Mapping[str, Any]) -> str | None:
-    """Why the deployment ``entry`` is not faster than its run by the rule of the module docstring
-    (``None``: it is)."""
+def speedups(entry: Mapping[str, Any]) -> tuple[float, float] | None:
+    """``(batched, one at a time)``: the deployment's rows/s over its run's (``None``: not recorded)."""
     speed, base = entry.get("speed") or {}, entry.get("run_speed") or {}
     try:
-        batched = float(speed["batched"]) / float(base["batched"])
-        single = float(speed["single"]) / float(base["single"])
+        return float(speed["batched"]) / float(base["batched"]), float(speed["single"]) / float(base["single"])
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def refusal(entry: Mapping[str, Any]) -> str | None:
+    """Why the measured figures of ``entry`` do not let it answer for its run: it did not agree, or
+    is not faster by the rule of the module docstring (``None``: they do; where and whether the
+    folder is still the one measured is :func:`choose_deployment`'s to check)."""
+    if not entry.get("agrees"):
+        return "it does not agree with the run's fp32 weights"
+    ratios = speedups(entry)
+    if ratios is None:
         return "no speed recorded"
+    batched, single = ratios
     if batched < MIN_SPEEDUP or single < 1.0:
         return f"not faster ({batched:.2f}x batched, {single:.2f}x one at a time; needs {MIN_SPEEDUP}x and 1x)"
     return None
@@ -202,6 +209,7 @@ def choose_deployment(run_dir: Path, manifest: Mapping[str, Any], options: LoadO
         return Choice(run_dir, options)
     best = max(usable, key=lambda e: float(e["speed"]["batched"]))
     folder = Path(best["folder"])
+    batched, single = speedups(best) or (0.0, 0.0)
     _log.info(
         "answering with %s (%s): measured on %s rows of %s: %s; %.2fx the run's rows/s batched, %.2fx one at a "
         "time. For the run's own weights: --backend torch",
@@ -210,7 +218,7 @@ def choose_deployment(run_dir: Path, manifest: Mapping[str, Any], options: LoadO
         best.get("rows"),
         best.get("file"),
         best.get("why"),
-        float(best["speed"]["batched"]) / float(best["run_speed"]["batched"]),
-        float(best["speed"]["single"]) / float(best["run_speed"]["single"]),
+        batched,
+        single,
     )
-    return Choice(folder, options.but(backend=str(best.get("backend", "auto"))), best)
+    return Choice(folder, options.but(backend=str(best.get("backend", "auto"))))

@@ -31,22 +31,22 @@ from typing import Any
 from nlptasks.engine.io.outputs import atomic_folder
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json, write_text_atomic
 from nlptasks.engine.system.machine import cpu_name
-from nlptasks.inference.deployments import DEPLOYMENTS, agreement, folder_digest, record_deployment
+from nlptasks.inference.deployments import DEPLOYMENTS, agreement, folder_digest, record_deployment, refusal, speedups
 from nlptasks.inference.loading import load_predictor
 from nlptasks.inference.onnx_export import DEFAULT_OPSET, export_onnx
 from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
 from nlptasks.inference.streaming import iter_file
 from nlptasks.types import LoadOptions
 
-__all__ = ["compare_results", "export_and_measure", "measure", "measure_deployment", "test_rows"]
+__all__ = ["compare_results", "export_and_measure", "measure", "measure_deployment", "sample_rows"]
 
 
-def test_rows(
+def sample_rows(
     manifest: dict[str, Any], limit: int, splits: tuple[str, ...] = ("test", "validation", "train")
-) -> tuple[str | None, list[Any]]:
-    """``(file, rows)``: up to ``limit`` rows of the run's first split in ``splits`` (test, else
-    validation, else train) that is a local file the generic reader reads, as the dicts a predictor
-    takes; ``(None, [])`` when there is none."""
+) -> tuple[str | None, str | None, list[Any]]:
+    """``(split, file, rows)``: up to ``limit`` rows of the run's first split in ``splits`` (test,
+    else validation, else train) that is a local file the generic reader reads, as the dicts a
+    predictor takes; ``(None, None, [])`` when there is none."""
     sources = (manifest.get("data") or {}).get("sources") or {}
     for split in splits:
         source = sources.get(split)
@@ -61,8 +61,8 @@ def test_rows(
         except Exception:  # noqa: BLE001 - a format the generic reader does not know: no measurement
             continue
         if rows:
-            return source, rows
-    return None, []
+            return split, source, rows
+    return None, None, []
 
 
 def _own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -173,10 +173,12 @@ def compare_results(
     return {"inputs": len(rows), "changed": changed, "max_score_diff": gap, "gold": gold}
 
 
-def measure(run_dir: Path, torch_predictor: Any, onnx_predictor: Any, rows_limit: int = 2000) -> dict[str, Any]:
-    """Compare the torch run and its ONNX export through the task's predictor on the run's test
-    inputs (see the module docstring)."""
-    source, rows = test_rows(read_manifest(run_dir), rows_limit)
+def measure(
+    manifest: dict[str, Any], torch_predictor: Any, onnx_predictor: Any, rows_limit: int = 2000
+) -> dict[str, Any]:
+    """Compare the torch run (its ``manifest``) and its ONNX export through the task's predictor on
+    the run's test inputs (see the module docstring)."""
+    _, source, rows = sample_rows(manifest, rows_limit)
     if not rows:
         return {"inputs": 0, "note": "the run has no local test, validation or train file to measure on"}
     result = compare_results(rows, torch_predictor(rows), onnx_predictor(rows))
@@ -207,6 +209,7 @@ def _rates(
 
 def measure_deployment(
     run_dir: Path,
+    manifest: dict[str, Any],
     out: Path,
     label: str,
     torch_predictor: Any,
@@ -214,7 +217,8 @@ def measure_deployment(
     rows_limit: int = 512,
     batch_independent: bool = True,
 ) -> dict[str, Any] | None:
-    """The export ``out`` (``label``: how it was made, ``onnx int8``) against the run's fp32 torch weights on up to
+    """The export ``out`` (``label``: how it was made, ``onnx int8``) against the fp32 torch weights of
+    the run ``run_dir`` (its ``manifest``) on up to
     ``rows_limit`` of the run's validation rows (else training rows, never test rows): answers
     compared, agreement (:func:`nlptasks.inference.deployments.agreement`), rows per second of each
     side; the entry ``RUN/deployments.json`` records (``None``: no local rows to measure on)."""
@@ -222,8 +226,7 @@ def measure_deployment(
 
     import torch
 
-    manifest = read_manifest(run_dir)
-    source, rows = test_rows(manifest, rows_limit, ("validation", "train"))
+    split, source, rows = sample_rows(manifest, rows_limit, ("validation", "train"))
     if not rows:
         return None
     torch_results, run_speed = _rates(torch_predictor, rows)
@@ -232,12 +235,11 @@ def measure_deployment(
     agrees, why = agreement(compared)
     if not batch_independent:  # opt-in only: auto never answers with what depends on its batch
         agrees, why = False, f"{why}; but its answers depend on the rows batched with it (dynamic quantization)"
-    sources = (manifest.get("data") or {}).get("sources") or {}
     return {
         "folder": str(out.resolve()),
         "backend": "onnx",
         "label": label,
-        "split": next((s for s in ("validation", "train") if sources.get(s) == source), "validation"),
+        "split": split,
         "file": source,
         "rows": len(rows),
         "compared": compared,
@@ -301,18 +303,20 @@ def _deployment_lines(entry: dict[str, Any] | None, run_dir: Path) -> list[str]:
     if not entry:
         return []
     speed, base = entry["speed"], entry["run_speed"]
+    batched, single = speedups(entry) or (0.0, 0.0)
+    why = refusal(entry)
     verdict = (
         f"Loads of `{run_dir}` with every choice `auto` answer with this export on this machine's CPU "
-        "when it is faster (`--backend torch`: the run's own weights)."
-        if entry["agrees"]
-        else f"It does not agree, so loads of `{run_dir}` keep answering with the run's own weights."
+        "(`--backend torch`: the run's own weights)."
+        if why is None
+        else f"Loads of `{run_dir}` keep answering with the run's own weights: {why}."
     )
     return [
         f"## Against the run's fp32 weights on {entry['rows']} {entry['split']} rows",
         "",
-        f"Agreement: {entry['why']}. Rows/s batched {speed['batched']} vs {base['batched']} "
-        f"({speed['batched'] / base['batched']:.2f}x), one at a time {speed['single']} vs {base['single']} "
-        f"({speed['single'] / base['single']:.2f}x), {entry['threads']} thread(s), {entry['cpu']}. {verdict}",
+        f"Agreement: {entry['why']}. Rows/s batched {speed['batched']} vs {base['batched']} ({batched:.2f}x), "
+        f"one at a time {speed['single']} vs {base['single']} ({single:.2f}x), {entry['threads']} thread(s), "
+        f"{entry['cpu']}. {verdict}",
         "",
     ]
 
@@ -397,10 +401,11 @@ def export_and_measure(
             int8_weights=int8_weights,
             calibration_rows=calibration_rows,
         )
+        run_manifest = read_manifest(run_dir)
         torch_predictor = load_predictor(run_dir, LoadOptions(precision="fp32", backend="torch"))
         onnx_predictor = load_predictor(work, LoadOptions(backend="onnx"))
         measured = (
-            measure(run_dir, torch_predictor, onnx_predictor, rows)
+            measure(run_manifest, torch_predictor, onnx_predictor, rows)
             if rows > 0
             else {"inputs": 0, "note": "--check-rows 0"}
         )
@@ -408,6 +413,7 @@ def export_and_measure(
         deployment = (
             measure_deployment(
                 run_dir,
+                run_manifest,
                 out,
                 f"onnx {quantize}",
                 torch_predictor,
@@ -420,7 +426,7 @@ def export_and_measure(
         del torch_predictor, onnx_predictor
         if deployment is not None:
             manifest["onnx"]["deployment"] = {k: v for k, v in deployment.items() if k != "compared"}
-        own = _own_metrics(run_dir, work, out, read_manifest(run_dir))
+        own = _own_metrics(run_dir, work, out, run_manifest)
         if own is None:  # no file to measure on: the run's figures are not the export's
             (work / "metrics.json").unlink(missing_ok=True)
         else:

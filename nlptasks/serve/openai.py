@@ -76,7 +76,7 @@ class _Generation:
     def start(self) -> "asyncio.Future[Any]":
         """Queue the generation for the model's worker thread; the future is done when it has ended
         (alone, or in a batch with others that waited: :class:`_ChatQueue`)."""
-        chats = _chat_queue(self.served)
+        chats: _ChatQueue = self.served.chat_queue  # made for every model that chats by add_routes
         with chats.lock:
             chats.pending.append(self)
         return asyncio.ensure_future(self.served.call(chats.drain))
@@ -215,13 +215,6 @@ class _ChatQueue:
         elif group:
             with _random_numbers(group[0].request):
                 _run_batch(self.served, group)
-
-
-def _chat_queue(served: ServedModel) -> _ChatQueue:
-    if served.chat_queue is None:  # an app built without add_routes (tests): the default limit
-        served.chat_queue = _ChatQueue(served, 32)
-    queue: _ChatQueue = served.chat_queue
-    return queue
 
 
 def _run_batch(served: ServedModel, group: list["_Generation"]) -> None:

@@ -149,11 +149,8 @@ class ChatMixin:
                 continue
             settings = self._settings(call.get("max_new_tokens"), call.get("temperature"), call.get("top_p"))
             ids = prompt_ids(self.tokenizer, conversation, self.max_length)
-            info = call.get("info")
-            info = {} if info is None else info
-            info["prompt_tokens"] = len(ids)
             stops = [s for s in (call.get("stop") or ()) if s]
-            reply = Reply(stops, settings.max_new_tokens, info, call.get("cancelled"))
+            reply = Reply(stops, settings.max_new_tokens, len(ids), call.get("info"), call.get("cancelled"))
             key = (
                 settings.temperature if settings.temperature > 0 else 0.0,
                 settings.top_p if settings.temperature > 0 else 1.0,
@@ -229,9 +226,7 @@ def stream_reply(
     token or a ``stop`` string; ``"length"``: ``max_new_tokens`` reached) when the reply ends.
     """
     ids = prompt_ids(tokenizer, messages, max_length)
-    info = {} if info is None else info
-    info["prompt_tokens"] = len(ids)
-    row = Reply(stop=[s for s in stop if s], max_new_tokens=settings.max_new_tokens, info=info)
+    row = Reply([s for s in stop if s], settings.max_new_tokens, len(ids), info)
     return _one(stream_batch(model, tokenizer, [ids], stop_ids, settings, [row]))
 
 
@@ -258,11 +253,13 @@ def prompt_ids(tokenizer: Any, messages: list[dict[str, str]], max_length: int |
 
 @dataclass
 class Reply:
-    """One row of a generation streamed in pieces: its own ``stop`` strings, ``max_new_tokens`` and
-    ``info`` (see :func:`stream_reply`), and ``cancelled`` (asked between tokens: true stops it)."""
+    """One row of a generation streamed in pieces: its own ``stop`` strings, ``max_new_tokens``, the
+    number of its prompt's tokens and ``info`` (see :func:`stream_reply`), and ``cancelled`` (asked
+    between tokens: true stops it)."""
 
     stop: list[str]
     max_new_tokens: int
+    prompt_tokens: int
     info: dict[str, Any] | None = None
     cancelled: Any = None  # Callable[[], bool] | None
     generated: list[int] = field(default_factory=list)
@@ -271,7 +268,7 @@ class Reply:
 
     def __post_init__(self) -> None:
         self.info = {} if self.info is None else self.info
-        self.info.update(completion_tokens=0, finish_reason=None)
+        self.info.update(prompt_tokens=self.prompt_tokens, completion_tokens=0, finish_reason=None)
 
     def done(self) -> bool:
         return self.finish is not None or bool(self.cancelled and self.cancelled())
