@@ -35,7 +35,13 @@ from nlptasks.engine.model.modeling import label_config, load_model
 from nlptasks.engine.model.packing import keeps_examples_apart, use_segment_attention
 from nlptasks.engine.reports.figures import classification_sections, per_class_table, write_confusion_matrix
 from nlptasks.engine.training.evaluation import classification_errors
-from nlptasks.engine.training.trainer import build_trainer, evaluate_split, make_training_arguments, train_and_evaluate
+from nlptasks.engine.training.trainer import (
+    build_trainer,
+    evaluate_split,
+    log_perplexity,
+    make_training_arguments,
+    train_and_evaluate,
+)
 from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
 from nlptasks.hookspecs import hookimpl
 from nlptasks.inference.forward import predict_logits, predict_per_token, sigmoid, softmax
@@ -72,7 +78,13 @@ API_GROUPS: dict[str, list[str]] = {
         "VIRTUAL_TOKEN_METHODS",
     ],
     "Step 6: metrics": ["classification_report", "correlations"],
-    "Steps 7 to 9: training": ["make_training_arguments", "build_trainer", "train_and_evaluate", "evaluate_split"],
+    "Steps 7 to 9: training": [
+        "make_training_arguments",
+        "build_trainer",
+        "train_and_evaluate",
+        "evaluate_split",
+        "log_perplexity",
+    ],
     "Step 10: predictors": [
         "Predictor",
         "LoadOptions",
@@ -148,6 +160,7 @@ __all__ = [
     "load_model",
     "load_run",
     "load_trained_model",
+    "log_perplexity",
     "make_training_arguments",
     "numbered_jsonl",
     "per_class_table",

@@ -65,7 +65,7 @@ class SplitConfig(Section):
     )
 
 
-DataFormat = Literal["auto", "csv", "json", "jsonl", "disk"]
+DataFormat = Literal["auto", "csv", "json", "jsonl", "txt", "disk"]
 
 
 class DataConfig(Section):

@@ -12,7 +12,6 @@ assistant's tokens are in the loss.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +32,7 @@ from nlptasks.plugin import (
     get_tokenizer,
     hookimpl,
     load_model,
+    log_perplexity,
     train_and_evaluate,
 )
 
@@ -379,10 +379,7 @@ def nlptasks_trainer(
         """Adds ``perplexity`` (exp of the loss) to every evaluation it logs and returns."""
 
         def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-            for prefix in ("eval", "test"):
-                loss = logs.get(f"{prefix}_loss")
-                if isinstance(loss, float):
-                    logs[f"{prefix}_perplexity"] = math.exp(min(loss, 50.0))
+            log_perplexity(logs)
             super().log(logs, *args, **kwargs)
 
     trainer = build_trainer(SftTrainer, ctx, model, args, data, data_collator, compute_metrics)

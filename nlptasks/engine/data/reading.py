@@ -1,9 +1,11 @@
-"""Step 2, generic part: read csv/json/jsonl/disk/hub data (splitting, step 3:
+"""Step 2, generic part: read csv/json/jsonl/txt/disk/hub data (splitting, step 3:
 :mod:`nlptasks.engine.data.splitting`).
 
 Local files are read with the standard library (``csv``, ``json``) so that every value stays as
 the file spells it (labels ``"0"``/``"1"`` stay strings) and every error can name the file and
-row; rows are numbered from 1, header excluded (for jsonl: the line number).
+row; rows are numbered from 1, header excluded (for jsonl: the line number).  A ``.txt`` file is one
+column, ``text``: each non-blank line is a row, numbered by its line (blank lines, which separate
+paragraphs, are not rows).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ROW_COLUMN",
     "SPLITS",
+    "TEXT_COLUMN",
     "detect_format",
     "iter_jsonl",
     "load_data",
@@ -39,7 +42,16 @@ SPLITS = ("train", "validation", "test")
 ROW_COLUMN = "__row__"
 """Column that default step 2 adds: each row's number in its file (1-based, header excluded), kept
 through the split so that a plugin's error can name the file row even for a carved-out split."""
-_EXTENSIONS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+_EXTENSIONS = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".txt": "txt",
+}
+TEXT_COLUMN = "text"
+"""The one column of a ``.txt`` file's rows (its non-blank lines)."""
 
 
 def detect_format(path: Path, declared: str = "auto") -> str:
@@ -52,13 +64,13 @@ def detect_format(path: Path, declared: str = "auto") -> str:
         raise DataError(
             f"cannot tell the format from the extension {path.suffix!r}",
             path=str(path),
-            hint="Use .csv, .json, .jsonl, or set data.format in the recipe.",
+            hint="Use .csv, .tsv, .json, .jsonl, .txt, or set data.format in the recipe.",
         )
     return fmt
 
 
 def read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
-    """Rows of a csv/json/jsonl file as dicts (values as written in the file); a file that is not
+    """Rows of a csv/json/jsonl/txt file as dicts (values as written in the file); a file that is not
     UTF-8, not a regular file, or badly quoted is a :class:`DataError` naming the file and row."""
     text = read_text(path, header_lines=1 if fmt == "csv" else 0)
     if fmt == "csv":
@@ -66,6 +78,9 @@ def read_rows(path: Path, fmt: str) -> list[dict[str, Any]]:
         return list(csv_dicts(io.StringIO(text, newline=""), str(path), delimiter, path.suffix))
     if fmt == "jsonl":
         return list(iter_jsonl(io.StringIO(text), str(path)))
+    if fmt == "txt":
+        lines = enumerate(text.splitlines(), start=1)
+        return [{TEXT_COLUMN: line.strip(), ROW_COLUMN: number} for number, line in lines if line.strip()]
     if fmt == "json":
         obj = _json(text, str(path))
         if isinstance(obj, dict) and isinstance(obj.get("data"), list):
@@ -236,7 +251,7 @@ def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
 def load_file(
     path: str, declared_format: str = "auto", on_malformed: Callable[[int, str], None] | None = None
 ) -> Dataset:
-    """One split from a csv/tsv, json, jsonl file or a ``save_to_disk`` folder (``declared_format``:
+    """One split from a csv/tsv, json, jsonl, txt file or a ``save_to_disk`` folder (``declared_format``:
     ``data.format``, ``auto`` by the extension), values as the file spells them; errors name the
     file and row.  What default step 2 reads each split with, for a plugin's own step 2.
 

@@ -7,6 +7,7 @@ storage, and a pretrained model is built from its ``config.json`` alone (no weig
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlptasks.errors import NlptasksError, Problem, RecipeError, first_line
@@ -62,21 +63,24 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
         model = _build_on_meta(ctx, cls, auto_class, **config)
     elif model_cfg.name_or_path:
         try:
-            model = cls.from_pretrained(
-                model_cfg.name_or_path,
-                revision=model_cfg.revision,
-                trust_remote_code=model_cfg.trust_remote_code,
-                # safetensors only, unless the recipe allows pickle files (which can run code on load)
-                use_safetensors=None if model_cfg.allow_pickle else True,
-                **from_pretrained_kwargs(ctx.recipe),
-                **config,
-            )
+            with _quiet_load_report():
+                model, info = cls.from_pretrained(
+                    model_cfg.name_or_path,
+                    revision=model_cfg.revision,
+                    trust_remote_code=model_cfg.trust_remote_code,
+                    # safetensors only, unless the recipe allows pickle files (which can run code on load)
+                    use_safetensors=None if model_cfg.allow_pickle else True,
+                    output_loading_info=True,
+                    **from_pretrained_kwargs(ctx.recipe),
+                    **config,
+                )
         except Exception as exc:  # noqa: BLE001 - offline, typo, wrong architecture
             first = first_line(exc)
             raise NlptasksError(
                 f"model.name_or_path: cannot load {model_cfg.name_or_path!r} as {auto_class}: {first}",
                 hint="A hub id needs internet (or a filled cache). Offline, use [model.scratch] (see recipes/cls.toml).",
             ) from None
+        ctx.log.info("%s", loading_summary(model_cfg.name_or_path, info))
     else:
         model = build_from_scratch(ctx, cls, **config)
         if model_cfg.dtype != "fp32":  # half precision (CUDA only: checked at run start)
@@ -88,6 +92,58 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     ctx.log.info("model: %s, %s parameters (%s trainable)", type(model).__name__, f"{total:,}", f"{trainable:,}")
     ctx.manifest.setdefault("model_class", type(model).__name__)
     return model
+
+
+def _quiet_load_report() -> Any:
+    """transformers' load report (a table of every missing and unused key) held back while a
+    model loads: :func:`loading_summary` says the same in one line.  A filter, not a higher level:
+    transformers 5 checks a tensor-parallel plan and warns about it when its logger's level is
+    WARNING or above."""
+    import contextlib
+    import logging
+
+    def drop_report(record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in str(record.msg)
+
+    @contextlib.contextmanager
+    def quiet() -> Any:
+        logger = logging.getLogger("transformers.modeling_utils")
+        logger.addFilter(drop_report)
+        try:
+            yield
+        finally:
+            logger.removeFilter(drop_report)
+
+    return quiet()
+
+
+def loading_summary(name_or_path: str, info: dict[str, Any]) -> str:
+    """One line on what loading ``name_or_path`` kept: the weights it had that the task's model
+    does not use (a masked-LM head under a classifier) and the task's weights it did not have
+    (the new head, randomly initialised), grouped by module.  A folder of an nlptasks run says
+    which task trained it."""
+    from nlptasks.engine.io.rundir import read_manifest
+
+    def groups(keys: list[str]) -> str:
+        heads: dict[str, int] = {}
+        for key in keys:
+            parts = key.split(".")
+            head = ".".join(parts[:2] if len(parts) > 2 else parts[:1])
+            heads[head] = heads.get(head, 0) + 1
+        return ", ".join(f"{h}.* ({n})" if n > 1 else h for h, n in heads.items())
+
+    source = repr(name_or_path)
+    try:
+        manifest = read_manifest(Path(name_or_path), check=False)
+        source = f"the {manifest.get('task', '?')} run {name_or_path}"
+    except Exception:  # noqa: BLE001, S110 - a hub id or a plain model folder
+        pass
+    parts = [f"loaded {source}"]
+    new, unused = list(info.get("missing_keys") or []), list(info.get("unexpected_keys") or [])
+    parts.append(f"new (randomly initialised): {groups(new)}" if new else "every weight found")
+    if unused:
+        parts.append(f"not used: {groups(unused)}")
+    return "; ".join(parts)
 
 
 def _build_on_meta(ctx: RunContext, cls: Any, auto_class: str, **config: Any) -> Any:

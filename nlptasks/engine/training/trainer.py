@@ -18,6 +18,7 @@ __all__ = [
     "evaluate_split",
     "eval_steps_warning",
     "guard_trainer",
+    "log_perplexity",
     "make_training_arguments",
     "resolve_precision",
     "train_and_evaluate",
@@ -229,6 +230,17 @@ def build_trainer(
     )
 
 
+def log_perplexity(logs: dict[str, Any]) -> None:
+    """Add ``eval_perplexity`` / ``test_perplexity`` (``exp`` of the mean loss, capped at
+    ``exp(50)``) beside each evaluation loss in ``logs``: call it from a Trainer subclass's ``log``
+    before ``super().log(logs, ...)``, so the figure is logged and also in what ``evaluate``
+    returns (the same dict) -- the language-model tasks' metric."""
+    for prefix in ("eval", "test"):
+        loss = logs.get(f"{prefix}_loss")
+        if isinstance(loss, float):
+            logs[f"{prefix}_perplexity"] = math.exp(min(loss, 50.0))
+
+
 def _strip(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
     out = {}
     for k, v in metrics.items():
@@ -272,7 +284,10 @@ def guard_trainer(trainer: Any, ctx: RunContext) -> None:
     - with ``ctx.resume_from`` set (``nlptasks run --resume``), ``trainer.train()`` continues
       from that checkpoint: weights, optimizer, scheduler, RNG state and position in the data;
     - a warning at the start when ``train.eval_steps`` is more than the run's optimizer steps (no
-      evaluation would happen during training: :func:`eval_steps_warning`).
+      evaluation would happen during training: :func:`eval_steps_warning`);
+    - restoring the best checkpoint of a model with tied weights (a masked LM's decoder is its
+      embeddings) ties them again instead of warning that they are "missing": safetensors stores
+      a tied tensor once, and the Trainer names the other copy's keys.
     """
     import torch
     from transformers import TrainerCallback
@@ -311,6 +326,18 @@ def guard_trainer(trainer: Any, ctx: RunContext) -> None:
 
     trainer.training_step = training_step
     trainer.add_callback(Guard())
+    original_warnings = getattr(trainer, "_issue_warnings_after_load", None)
+    if original_warnings is not None:
+
+        def issue_warnings_after_load(load_result: Any) -> None:
+            tied = set(getattr(trainer.model, "all_tied_weights_keys", None) or ())
+            missing = [k for k in load_result.missing_keys if k not in tied]
+            if len(missing) < len(load_result.missing_keys):
+                trainer.model.tie_weights()
+                load_result = load_result._replace(missing_keys=missing)
+            original_warnings(load_result)
+
+        trainer._issue_warnings_after_load = issue_warnings_after_load
     original_train = trainer.train
 
     def train(*args: Any, **kwargs: Any) -> Any:
