@@ -141,7 +141,7 @@ def main() -> int:
     expected, ceiling, answering = reference(run_dir, texts, args.threads)
 
     if args.soak > 0:
-        return soak(args, work, run_dir, texts, expected["ours"], info)
+        return soak(args, work, run_dir, texts, expected["ours"], info, answering)
     rows: dict[str, list[dict]] = {}
     servers = [*SERVERS, *([f"nlptasks serve --workers {args.workers}"] if args.workers > 1 else [])]
     if _litserve is None:
@@ -481,7 +481,15 @@ def train(work: Path, rows: int) -> Path:
     return work / "cls" / "sst2"
 
 
-def soak(args: argparse.Namespace, work: Path, run_dir: Path, texts: list[str], expected: list[str], info) -> int:  # noqa: ANN001
+def soak(  # noqa: PLR0913
+    args: argparse.Namespace,
+    work: Path,
+    run_dir: Path,
+    texts: list[str],
+    expected: list[str],
+    info,
+    answering: str,  # noqa: ANN001
+) -> int:
     """``nlptasks serve`` under ``--soak-clients`` clients for ``--soak`` minutes: RSS per round."""
     port = free_port()
     cmd = [*server_command(args, run_dir, "nlptasks serve", port), "--threads", str(args.threads)]
@@ -506,7 +514,13 @@ def soak(args: argparse.Namespace, work: Path, run_dir: Path, texts: list[str], 
             )
     finally:
         stop(proc)
-    f = {"rounds": rounds, "clients": args.soak_clients, "threads": args.threads, "load_after": os.getloadavg()[0]}
+    f = {
+        "rounds": rounds,
+        "clients": args.soak_clients,
+        "threads": args.threads,
+        "load_after": os.getloadavg()[0],
+        "answering": answering,
+    }
     _docs.publish(args, _docs.block_name(__file__, "soak"), info, render_soak(f))
     return 0
 
@@ -514,8 +528,8 @@ def soak(args: argparse.Namespace, work: Path, run_dir: Path, texts: list[str], 
 def render_soak(f: dict) -> str:
     rounds = f["rounds"]
     lines = [
-        f"`nlptasks serve` alone, {f['clients']} clients, {f['threads']} torch thread(s); 1-minute load average "
-        f"{f['load_after']:.1f} at the end.",
+        f"`nlptasks serve` alone, {f['clients']} clients, `--threads {f['threads']}`, answering with "
+        f"{f.get('answering', 'the run (torch)')}; 1-minute load average {f['load_after']:.1f} at the end.",
         "",
         "| minute | requests/s | answered | failed | RSS MiB | peak RSS MiB |",
         "|---:|---:|---:|---:|---:|---:|",

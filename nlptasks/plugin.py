@@ -38,8 +38,8 @@ from nlptasks.engine.training.evaluation import classification_errors
 from nlptasks.engine.training.trainer import (
     build_trainer,
     evaluate_split,
-    log_perplexity,
     make_training_arguments,
+    perplexity_trainer,
     train_and_evaluate,
 )
 from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
@@ -83,7 +83,7 @@ API_GROUPS: dict[str, list[str]] = {
         "build_trainer",
         "train_and_evaluate",
         "evaluate_split",
-        "log_perplexity",
+        "perplexity_trainer",
     ],
     "Step 10: predictors": [
         "Predictor",
@@ -160,10 +160,10 @@ __all__ = [
     "load_model",
     "load_run",
     "load_trained_model",
-    "log_perplexity",
     "make_training_arguments",
     "numbered_jsonl",
     "per_class_table",
+    "perplexity_trainer",
     "predict_logits",
     "predict_per_token",
     "require_columns",

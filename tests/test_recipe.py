@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -15,6 +17,16 @@ from nlptasks.pipeline import load_recipe
 from nlptasks.recipe import Recipe, dump_toml, parse_override, recipe_json_schema
 
 SHIPPED = sorted(RECIPES.rglob("*.toml"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def zh_corpus():
+    """recipes/bench/mlm-zh.toml reads the corpus benchmarks/mlm_gain.py writes from ../shared/data."""
+    root = RECIPES.parent
+    if (root / "runs" / "corpus" / "zh-train.txt").exists() or not (root.parent / "shared" / "data").exists():
+        return
+    command = [sys.executable, str(root / "benchmarks" / "mlm_gain.py"), "--corpus-only", str(root / "runs" / "corpus")]
+    subprocess.run(command, check=True, capture_output=True)
 
 
 def test_there_are_recipes():

@@ -34,6 +34,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -185,7 +186,11 @@ def why_not_here(recipe: str) -> str:
     """Why a recipe cannot run on this machine (its model or data are not here), or ``""``."""
     if recipe.startswith("docs/plugin-tutorial/"):
         return "a tutorial plugin's recipe (its task is not built in): the tutorial's own tests train it"
-    raw = tomllib.loads((ROOT / recipe).read_text(encoding="utf-8"))
+    text = (ROOT / recipe).read_text(encoding="utf-8")
+    raw = tomllib.loads(text)
+    block = re.search(r"^# Measured:.*docs/benchmarks\.md, block (\S+)", text, re.MULTILINE)
+    if recipe.startswith("recipes/bench/") and block:
+        return f"a benchmark's recipe: its figure is the benchmark's (docs/benchmarks.md, block {block.group(1)})"
     if recipe.startswith("recipes/bench/") and not _cuda():
         return "a GPU benchmark (its header: on CPU a step takes minutes) and this machine has no CUDA GPU"
     model = raw.get("model") or {}

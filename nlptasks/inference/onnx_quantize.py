@@ -111,8 +111,15 @@ def calibration_feeds(
     recorder = _Recorder(fp32, config)
     predictor.model = recorder
     predictor.batch_size = 1
-    for row in data:
-        predictor([row])
+    for number, row in enumerate(data, start=1):
+        try:
+            predictor([row])
+        except NlptasksError as exc:  # the task reads its inputs otherwise (an mlm run wants masks)
+            raise NlptasksError(
+                f"--quantize int8: the activation scales are calibrated on the run's {split} rows fed through the "
+                f"{manifest.get('task')!r} predictor, which refuses row {number} of {file}: {exc}",
+                hint="Export fp32 (--quantize none): its graph is checked against the run's weights without them.",
+            ) from None
     if not recorder.feeds:
         raise NlptasksError(f"--quantize int8: the {manifest.get('task')!r} predictor made no model calls to calibrate")
     source = {

@@ -38,7 +38,7 @@ from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
 from nlptasks.inference.streaming import iter_file
 from nlptasks.types import LoadOptions
 
-__all__ = ["compare_results", "export_and_measure", "measure", "measure_deployment", "sample_rows"]
+__all__ = ["compare_results", "export_and_measure", "measure", "measure_deployment", "refuses", "sample_rows"]
 
 
 def sample_rows(
@@ -181,9 +181,24 @@ def measure(
     _, source, rows = sample_rows(manifest, rows_limit)
     if not rows:
         return {"inputs": 0, "note": "the run has no local test, validation or train file to measure on"}
+    refused = refuses(torch_predictor, rows, source)
+    if refused:
+        return {"inputs": 0, "note": refused}
     result = compare_results(rows, torch_predictor(rows), onnx_predictor(rows))
     result["file"] = source
     return result
+
+
+def refuses(predictor: Any, rows: list[Any], source: str | None) -> str | None:
+    """Why the task's predictor does not take the data file's rows as inputs (an mlm run answers
+    texts with mask tokens, not its training texts), or ``None`` when it answers the first one."""
+    from nlptasks.errors import NlptasksError
+
+    try:
+        predictor(rows[:1])
+    except NlptasksError as exc:
+        return f"not measured: the task's predictor does not take the rows of {source} as inputs ({exc})"
+    return None
 
 
 def _rates(
@@ -227,8 +242,8 @@ def measure_deployment(
     import torch
 
     split, source, rows = sample_rows(manifest, rows_limit, ("validation", "train"))
-    if not rows:
-        return None
+    if not rows or refuses(torch_predictor, rows, source):
+        return None  # not measured: a load with auto options never answers with it
     torch_results, run_speed = _rates(torch_predictor, rows)
     onnx_results, speed = _rates(onnx_predictor, rows)
     compared = compare_results(rows, torch_results, onnx_results)

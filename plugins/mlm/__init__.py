@@ -38,7 +38,7 @@ from nlptasks.plugin import (
     hookimpl,
     is_blank,
     load_model,
-    log_perplexity,
+    perplexity_trainer,
     require_columns,
     split_overlap,
     unique_labels,
@@ -253,20 +253,18 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
 def nlptasks_trainer(
     ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
 ) -> Any:
-    from transformers import Trainer
-
-    class MlmTrainer(Trainer):
-        """Adds ``perplexity`` (exp of the masked tokens' mean loss) to every evaluation."""
-
-        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-            log_perplexity(logs)
-            super().log(logs, *args, **kwargs)
-
     def best_tokens(logits: Any, labels: Any) -> Any:  # keep the argmax, not vocabulary-sized logits
         return (logits[0] if isinstance(logits, tuple) else logits).argmax(-1)
 
     trainer = build_trainer(
-        MlmTrainer, ctx, model, args, data, data_collator, compute_metrics, preprocess_logits_for_metrics=best_tokens
+        perplexity_trainer(),  # perplexity: exp of the hidden tokens' mean loss
+        ctx,
+        model,
+        args,
+        data,
+        data_collator,
+        compute_metrics,
+        preprocess_logits_for_metrics=best_tokens,
     )
     if hasattr(data_collator, "callback"):  # ours (a plugin wrapping step 8a may give another)
         trainer.add_callback(data_collator.callback())

@@ -32,7 +32,7 @@ from nlptasks.plugin import (
     get_tokenizer,
     hookimpl,
     load_model,
-    log_perplexity,
+    perplexity_trainer,
     train_and_evaluate,
 )
 
@@ -373,16 +373,9 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
 def nlptasks_trainer(
     ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
 ) -> Any:
-    from transformers import Trainer, TrainerCallback
+    from transformers import TrainerCallback
 
-    class SftTrainer(Trainer):
-        """Adds ``perplexity`` (exp of the loss) to every evaluation it logs and returns."""
-
-        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-            log_perplexity(logs)
-            super().log(logs, *args, **kwargs)
-
-    trainer = build_trainer(SftTrainer, ctx, model, args, data, data_collator, compute_metrics)
+    trainer = build_trainer(perplexity_trainer(), ctx, model, args, data, data_collator, compute_metrics)
     gen = ctx.options.generation_eval
     rows = ctx.state.get("generation_rows", {}).get("validation")
     if gen is not None and gen.every_steps and rows:

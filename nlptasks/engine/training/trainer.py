@@ -18,8 +18,8 @@ __all__ = [
     "evaluate_split",
     "eval_steps_warning",
     "guard_trainer",
-    "log_perplexity",
     "make_training_arguments",
+    "perplexity_trainer",
     "resolve_precision",
     "train_and_evaluate",
     "training_kwargs",
@@ -230,15 +230,22 @@ def build_trainer(
     )
 
 
-def log_perplexity(logs: dict[str, Any]) -> None:
-    """Add ``eval_perplexity`` / ``test_perplexity`` (``exp`` of the mean loss, capped at
-    ``exp(50)``) beside each evaluation loss in ``logs``: call it from a Trainer subclass's ``log``
-    before ``super().log(logs, ...)``, so the figure is logged and also in what ``evaluate``
-    returns (the same dict) -- the language-model tasks' metric."""
-    for prefix in ("eval", "test"):
-        loss = logs.get(f"{prefix}_loss")
-        if isinstance(loss, float):
-            logs[f"{prefix}_perplexity"] = math.exp(min(loss, 50.0))
+def perplexity_trainer(base: Any = None) -> Any:
+    """A subclass of ``base`` (default ``transformers.Trainer``) that adds ``eval_perplexity`` /
+    ``test_perplexity`` (``exp`` of the mean loss, capped at ``exp(50)``) beside each evaluation
+    loss it logs, and so to what ``evaluate`` returns: the language-model tasks' metric.
+    ``build_trainer(perplexity_trainer(), ctx, ...)``."""
+    from transformers import Trainer
+
+    class PerplexityTrainer(base or Trainer):  # type: ignore[misc]
+        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+            for prefix in ("eval", "test"):
+                loss = logs.get(f"{prefix}_loss")
+                if isinstance(loss, float):
+                    logs[f"{prefix}_perplexity"] = math.exp(min(loss, 50.0))
+            super().log(logs, *args, **kwargs)
+
+    return PerplexityTrainer
 
 
 def _strip(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
