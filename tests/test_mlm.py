@@ -439,8 +439,14 @@ def test_an_mlm_run_exports_to_onnx_fp32_and_refuses_int8_with_the_reason(mlm_ru
         for x, y in zip(a["masks"], b["masks"], strict=True):
             assert [c["token"] for c in x] == [c["token"] for c in y]
             assert [c["score"] for c in x] == pytest.approx([c["score"] for c in y], abs=1e-4)
-    own = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    assert own["test"]["loss"] == pytest.approx(read_metrics(mlm_run)["test"]["loss"], abs=1e-3)
+    own = json.loads((out / "metrics.json").read_text(encoding="utf-8"))  # eval of the export on the test file
+    code, _, err = cli(
+        "eval", mlm_run, "--data", own["measured"]["file"], "--backend", "torch", "--output", tmp_path / "e"
+    )
+    assert code == 0, err
+    torch_eval = json.loads((tmp_path / "e" / "metrics.json").read_text(encoding="utf-8"))["test"]
+    assert own["test"]["loss"] == pytest.approx(torch_eval["loss"], abs=1e-4)
+    assert own["test"]["accuracy"] == torch_eval["accuracy"]
 
     code, _, err = cli("export", mlm_run, "--onnx", tmp_path / "int8", "--quantize", "int8")
     assert code != 0 and "Traceback" not in err

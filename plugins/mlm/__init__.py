@@ -151,7 +151,7 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
         )
         ctx.record(split, "tokens", tokens)
         if split == "train" and ctx.trained_run is None:
-            out[split] = Dataset.from_dict({"input_ids": cut})
+            out[split] = Dataset.from_dict({"input_ids": cut, **_other_inputs(cut, tokenizer)})
             continue
         import numpy as np
 
@@ -170,7 +170,10 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             )
             for b in cut
         ]
-        out[split] = Dataset.from_dict({"input_ids": [m[0] for m in masked], "labels": [m[1] for m in masked]})
+        inputs = [m[0] for m in masked]
+        out[split] = Dataset.from_dict(
+            {"input_ids": inputs, **_other_inputs(inputs, tokenizer), "labels": [m[1] for m in masked]}
+        )
     first = next(
         (
             t
@@ -184,6 +187,16 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     ctx.manifest["text_column"] = opts.text_columns[0]
     ctx.manifest["example"] = first[:40] if first else None
     ctx.manifest["mask_token"] = tokenizer.mask_token
+    return out
+
+
+def _other_inputs(blocks: list[list[int]], tokenizer: Any) -> dict[str, list[list[int]]]:
+    """The model inputs beside ``input_ids`` that the tokenizer gives (an attention mask, BERT's
+    segment ids: all one segment), so the run's examples (examples.json, which an ONNX export
+    traces) have the inputs the predictor's tokenizer passes."""
+    out = {"attention_mask": [[1] * len(b) for b in blocks]}
+    if "token_type_ids" in tokenizer.model_input_names:
+        out["token_type_ids"] = [[0] * len(b) for b in blocks]
     return out
 
 
@@ -224,6 +237,8 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 def nlptasks_build_model(ctx: RunContext) -> Any:
     tokenizer = ctx.tokenizer
     model = load_model(ctx, "AutoModelForMaskedLM")
+    if ctx.trained_run is not None:  # nlptasks eval: the run's model (torch or an export) as it is
+        return model
     rows = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > rows:
         ctx.log.info("resizing the embeddings from %d to %d tokens", rows, len(tokenizer))

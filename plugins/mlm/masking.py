@@ -111,7 +111,9 @@ def _fingerprint(ids: Any) -> int:
 
 
 class MaskingCollator:
-    """Pads a batch of blocks and masks the training blocks (those without ``labels``) anew.
+    """Pads a batch of blocks (``input_ids``; ``labels`` when masked already; an attention mask and
+    segment ids, which it makes from the lengths) and masks the training blocks (those without
+    ``labels``) anew.
 
     :param tokenizer: the run's tokenizer (its pad, mask and special tokens).
     :param options: the task's options (``masking``, ``mask_probability``, ``span_max``).
@@ -150,6 +152,7 @@ class MaskingCollator:
         import numpy as np
         import torch
 
+        segments = "token_type_ids" in features[0]
         if "labels" not in features[0]:  # training blocks: new masks every epoch
             o = self.options
             features = [
@@ -180,4 +183,7 @@ class MaskingCollator:
             ids[i, :n] = torch.as_tensor(f["input_ids"])
             labels[i, :n] = torch.as_tensor(f["labels"])
             attention[i, :n] = 1
-        return {"input_ids": ids, "attention_mask": attention, "labels": labels}
+        batch = {"input_ids": ids, "attention_mask": attention, "labels": labels}
+        if segments:  # one segment: zeros
+            batch["token_type_ids"] = torch.zeros_like(ids)
+        return batch
