@@ -188,7 +188,7 @@ def why_not_here(recipe: str) -> str:
         return "a tutorial plugin's recipe (its task is not built in): the tutorial's own tests train it"
     text = (ROOT / recipe).read_text(encoding="utf-8")
     raw = tomllib.loads(text)
-    block = re.search(r"^# Measured:.*docs/benchmarks\.md, block (\S+)", text, re.MULTILINE)
+    block = re.search(r"^# Benchmark:.*docs/benchmarks\.md, block (\w+)", text, re.MULTILINE)
     if recipe.startswith("recipes/bench/") and block:
         return f"a benchmark's recipe: its figure is the benchmark's (docs/benchmarks.md, block {block.group(1)})"
     if recipe.startswith("recipes/bench/") and not _cuda():
