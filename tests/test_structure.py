@@ -295,3 +295,25 @@ def test_the_wheel_holds_every_module_and_file(tmp_path):
         if path.is_file() and "__pycache__" not in path.parts
     }
     assert wanted - names == set()
+
+
+DEPENDENCY_MODULES: dict[str, str] = {}
+"""Distribution name → import name where they differ beyond ``-`` → ``_`` (none today)."""
+
+
+def test_every_installed_dependency_is_imported_by_the_package():
+    """No package is installed for nothing: every entry of ``dependencies`` in pyproject.toml is
+    imported somewhere in nlptasks/ or plugins/ (``evaluate`` was declared and imported nowhere)."""
+    import re
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    sources = [p.read_text(encoding="utf-8") for top in ("nlptasks", "plugins") for p in (ROOT / top).rglob("*.py")]
+    unused = []
+    for requirement in declared:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+        module = DEPENDENCY_MODULES.get(name, name.replace("-", "_"))
+        pattern = re.compile(rf"^\s*(import|from) {re.escape(module)}\b", re.MULTILINE)
+        if not any(pattern.search(text) for text in sources):
+            unused.append(name)
+    assert unused == [], f"declared in pyproject.toml, imported nowhere: {unused}"
