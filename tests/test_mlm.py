@@ -427,3 +427,61 @@ def test_an_mlm_run_exports_to_onnx_fp32_and_refuses_int8_with_the_reason(mlm_ru
     code, _, err = cli("export", mlm_run, "--onnx", tmp_path / "int8", "--quantize", "int8")
     assert code != 0 and "Traceback" not in err
     assert "refuses row 1" in err and "has no [MASK]" in err and "--quantize none" in err
+
+
+# -- the loss on the hidden tokens only ------------------------------------------------------------
+
+
+def _tiny_masked_lm(kind: str = "bert"):
+    import torch
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    torch.manual_seed(0)
+    sizes = {"bert": {}, "distilbert": {"dim": 32, "n_layers": 1, "n_heads": 2, "hidden_dim": 64}}[kind]
+    base = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64}
+    config = AutoConfig.for_model(kind, vocab_size=300, **(sizes or base))
+    return AutoModelForMaskedLM.from_config(config)
+
+
+def _batch():
+    import torch
+
+    ids = torch.randint(5, 300, (3, 20))
+    labels = torch.full_like(ids, -100)
+    labels[:, 3:6] = ids[:, 3:6]
+    labels[1, 10] = ids[1, 10]
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+def test_the_loss_on_hidden_tokens_only_is_the_models_loss_and_gradient():
+    import torch
+
+    from nlptasks_plugins.mlm.loss import encoder_and_head, masked_only_loss, matching_loss
+
+    model, inputs = _tiny_masked_lm(), _batch()
+    parts = encoder_and_head(model)
+    assert parts is not None and parts[1] is model.cls
+    assert matching_loss(model, parts, inputs, {})[0] == "mean"
+    count = int((inputs["labels"] != -100).sum())
+    # BERT's loss is the mean whatever num_items_in_batch says (gradient accumulation): so is ours
+    assert matching_loss(model, parts, inputs, {"num_items_in_batch": torch.tensor(count * 2)})[0] == "mean"
+    model.eval()
+    full = model(**inputs).loss
+    full.backward()
+    want = model.bert.embeddings.word_embeddings.weight.grad.clone()
+    model.zero_grad()
+    fast = masked_only_loss(parts, inputs)
+    fast.backward()
+    assert float(fast) == pytest.approx(float(full), rel=1e-5)
+    got = model.bert.embeddings.word_embeddings.weight.grad
+    assert torch.allclose(got, want, atol=1e-6)  # the tied decoder's gradient included
+
+
+def test_a_model_of_another_shape_keeps_its_own_forward():
+    from nlptasks_plugins.mlm.loss import encoder_and_head
+
+    assert encoder_and_head(_tiny_masked_lm("distilbert")) is None  # its head is four modules
+
+
+def test_a_run_says_which_loss_it_trains_on(mlm_run):
+    assert "training loss on the hidden tokens only (their vocabulary projection alone): " in mlm_run.err

@@ -268,11 +268,39 @@ def nlptasks_data_collator(ctx: RunContext) -> Any:
 def nlptasks_trainer(
     ctx: RunContext, model: Any, args: Any, data: Any, data_collator: Any, compute_metrics: Any
 ) -> Any:
+    from .loss import encoder_and_head, masked_only_loss, matching_loss
+
+    unchecked = object()
+
+    class MlmTrainer(perplexity_trainer()):  # type: ignore[misc]  # perplexity: exp of the hidden tokens' loss
+        """Training steps take the loss on the hidden tokens only (:mod:`.loss`) where it is the model's."""
+
+        fast: Any = unchecked
+
+        def compute_loss(
+            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
+            plain = return_outputs or not model.training or model is not self.model or self.label_smoother is not None
+            if not plain and self.fast is unchecked:
+                take = self.model_accepts_loss_kwargs and num_items_in_batch is not None
+                kwargs = {"num_items_in_batch": num_items_in_batch} if take else {}
+                parts = encoder_and_head(model)
+                reduction, why = matching_loss(model, parts, inputs, kwargs) if parts else (None, "no encoder + head")
+                self.fast = (parts, reduction) if reduction else None
+                if reduction:
+                    ctx.log.info("training loss on the hidden tokens only (their vocabulary projection alone): %s", why)
+                else:
+                    ctx.log.info("training loss through the model's own forward (%s)", why)
+            if plain or self.fast is None:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            parts, reduction = self.fast
+            return masked_only_loss(parts, inputs, num_items_in_batch if reduction == "items" else None)
+
     def best_tokens(logits: Any, labels: Any) -> Any:  # keep the argmax, not vocabulary-sized logits
         return (logits[0] if isinstance(logits, tuple) else logits).argmax(-1)
 
     trainer = build_trainer(
-        perplexity_trainer(),  # perplexity: exp of the hidden tokens' mean loss
+        MlmTrainer,
         ctx,
         model,
         args,
