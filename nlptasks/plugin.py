@@ -35,11 +35,11 @@ from nlptasks.engine.model.modeling import label_config, load_model
 from nlptasks.engine.model.packing import keeps_examples_apart, use_segment_attention
 from nlptasks.engine.reports.figures import classification_sections, per_class_table, write_confusion_matrix
 from nlptasks.engine.training.evaluation import classification_errors
+from nlptasks.engine.training.perplexity import perplexity_trainer
 from nlptasks.engine.training.trainer import (
     build_trainer,
     evaluate_split,
     make_training_arguments,
-    perplexity_trainer,
     train_and_evaluate,
 )
 from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError

@@ -19,7 +19,6 @@ __all__ = [
     "eval_steps_warning",
     "guard_trainer",
     "make_training_arguments",
-    "perplexity_trainer",
     "resolve_precision",
     "train_and_evaluate",
     "training_kwargs",
@@ -228,24 +227,6 @@ def build_trainer(
         compute_metrics=compute_metrics,
         **kwargs,
     )
-
-
-def perplexity_trainer(base: Any = None) -> Any:
-    """A subclass of ``base`` (default ``transformers.Trainer``) that adds ``eval_perplexity`` /
-    ``test_perplexity`` (``exp`` of the mean loss, capped at ``exp(50)``) beside each evaluation
-    loss it logs, and so to what ``evaluate`` returns: the language-model tasks' metric.
-    ``build_trainer(perplexity_trainer(), ctx, ...)``."""
-    from transformers import Trainer
-
-    class PerplexityTrainer(base or Trainer):  # type: ignore[misc]
-        def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-            for prefix in ("eval", "test"):
-                loss = logs.get(f"{prefix}_loss")
-                if isinstance(loss, float):
-                    logs[f"{prefix}_perplexity"] = math.exp(min(loss, 50.0))
-            super().log(logs, *args, **kwargs)
-
-    return PerplexityTrainer
 
 
 def _strip(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
