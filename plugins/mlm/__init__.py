@@ -110,7 +110,7 @@ def _texts(row: dict[str, Any], columns: list[str]) -> list[str]:
 def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
     from datasets import Dataset, DatasetDict
 
-    from .masking import blocks, mask_block
+    from .masking import MaskingCollator, blocks
 
     opts: MlmOptions = ctx.options
     require_columns(ctx, data, {f"text_columns[{i}]": c for i, c in enumerate(opts.text_columns)})
@@ -120,7 +120,8 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
             for split, ds in data.items()
         }
     )
-    corpus = (t for row in data["train"] for t in _texts(row, opts.text_columns)) if "train" in data else None
+    texts = {split: [t for row in ds for t in _texts(row, opts.text_columns)] for split, ds in data.items()}
+    corpus = texts.get("train")
     tokenizer = get_tokenizer(ctx, corpus=corpus)
     start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
     end = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
@@ -138,52 +139,34 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
                 )
             ],
         )
+    import numpy as np
+
     max_length = ctx.recipe.model.max_length
-    vocab_size = len(tokenizer)
+    masking = MaskingCollator(tokenizer, opts, len(tokenizer), ctx.recipe.seed)
     out = DatasetDict()
-    for split, ds in data.items():
-        texts = [t for row in ds for t in _texts(row, opts.text_columns)]
-        ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]
+    for split, split_texts in texts.items():
+        ids = tokenizer(split_texts, add_special_tokens=False, verbose=False)["input_ids"]
         cut = blocks(ids, start, end, max_length, opts.concatenate)
         tokens = sum(len(i) for i in ids)
         ctx.log.info(
-            "%s: %d texts, %s tokens, %d blocks of up to %d", split, len(texts), f"{tokens:,}", len(cut), max_length
+            "%s: %d texts, %s tokens, %d blocks of up to %d",
+            split,
+            len(split_texts),
+            f"{tokens:,}",
+            len(cut),
+            max_length,
         )
         ctx.record(split, "tokens", tokens)
         if split == "train" and ctx.trained_run is None:
             out[split] = Dataset.from_dict({"input_ids": cut, **_other_inputs(cut, tokenizer)})
             continue
-        import numpy as np
-
         rng = np.random.default_rng([ctx.recipe.seed, zlib.crc32(split.encode())])  # the same masks every time
-        special = set(tokenizer.all_special_ids)
-        masked = [
-            mask_block(
-                b,
-                special,
-                rng,
-                opts.mask_probability,
-                opts.masking == "span",
-                opts.span_max,
-                tokenizer.mask_token_id,
-                vocab_size,
-            )
-            for b in cut
-        ]
+        masked = [masking.mask(b, rng) for b in cut]
         inputs = [m[0] for m in masked]
         out[split] = Dataset.from_dict(
             {"input_ids": inputs, **_other_inputs(inputs, tokenizer), "labels": [m[1] for m in masked]}
         )
-    first = next(
-        (
-            t
-            for split in ("test", "validation", "train")
-            if split in data
-            for row in data[split]
-            for t in _texts(row, opts.text_columns)
-        ),
-        None,
-    )
+    first = next((t for split in ("test", "validation", "train") for t in texts.get(split, [])), None)
     ctx.manifest["text_column"] = opts.text_columns[0]
     ctx.manifest["example"] = first[:40] if first else None
     ctx.manifest["mask_token"] = tokenizer.mask_token

@@ -135,6 +135,13 @@ class MaskingCollator:
         self.pad_to = pad_to
         self.epoch = 0
 
+    def mask(self, ids: list[int], rng: Any) -> tuple[list[int], list[int]]:
+        """``(input_ids, labels)`` of one block masked as the options say (:func:`mask_block`)."""
+        o = self.options
+        return mask_block(
+            ids, self.special, rng, o.mask_probability, o.masking == "span", o.span_max, self.mask_id, self.vocab_size
+        )
+
     def callback(self) -> Any:
         """A ``TrainerCallback`` that tells this collator each epoch as it begins (a resumed epoch too)."""
         from transformers import TrainerCallback
@@ -154,20 +161,13 @@ class MaskingCollator:
 
         segments = "token_type_ids" in features[0]
         if "labels" not in features[0]:  # training blocks: new masks every epoch
-            o = self.options
             features = [
                 dict(
                     zip(
                         ("input_ids", "labels"),
-                        mask_block(
+                        self.mask(
                             list(f["input_ids"]),
-                            self.special,
                             np.random.default_rng([self.seed, self.epoch, _fingerprint(f["input_ids"])]),
-                            o.mask_probability,
-                            o.masking == "span",
-                            o.span_max,
-                            self.mask_id,
-                            self.vocab_size,
                         ),
                         strict=True,
                     )
