@@ -85,6 +85,26 @@ def test_scratch_tokenizers_round_trip_through_save_and_auto_tokenizer(tmp_path,
     assert pair["token_type_ids"][-1] == 1
 
 
+@pytest.mark.parametrize("kind", ["char", "wordpiece", "bpe"])
+@pytest.mark.parametrize("vocab_size", [300, 2000])
+def test_a_scratch_vocabulary_is_the_same_every_time_it_is_built(kind, vocab_size):
+    """tokenizers' WordPiece trainer alone gives a different vocabulary on each build of the same
+    texts (it numbers the ``##`` pieces in hash order: huggingface/tokenizers#1794); ours may not."""
+    import json
+
+    from conftest import GOEMOTIONS
+    from nlptasks.engine.data.tokenization import build_tokenizer
+
+    with (GOEMOTIONS / "train.jsonl").open(encoding="utf-8") as fh:
+        texts = [json.loads(line)["text"] for line in fh][:600]
+    config = ScratchConfig(tokenizer=kind, vocab_size=vocab_size, min_frequency=2)
+    built = [build_tokenizer(texts, config, 64) for _ in range(4)]
+    assert all(b.get_vocab() == built[0].get_vocab() for b in built[1:])
+    assert len(built[0]) <= vocab_size
+    sample = "Unbelievably kind of you, thanks!!"
+    assert all(b(sample)["input_ids"] == built[0](sample)["input_ids"] for b in built)
+
+
 def test_char_vocabulary_is_exactly_the_characters_seen_often_enough():
     from nlptasks.engine.data.tokenization import SPECIALS, build_tokenizer
 

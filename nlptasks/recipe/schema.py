@@ -120,7 +120,8 @@ class ScratchConfig(Section):
     tokenizer: Literal["char", "wordpiece", "bpe"] = Field(
         "char",
         description="Vocabulary built from the training texts: 'char' (one token per character; "
-        "Chinese), 'wordpiece' or 'bpe' (sub-words; English).",
+        "Chinese), 'wordpiece' or 'bpe' (sub-words; English). Each gives the same vocabulary from the same "
+        "texts every time.",
     )
     vocab_size: int = Field(8000, ge=16, le=2**20, description="Largest vocabulary to build (special tokens included).")
     min_frequency: int = Field(2, ge=1, le=10**9, description="Keep tokens seen at least this many times.")

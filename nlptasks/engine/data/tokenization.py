@@ -112,7 +112,7 @@ def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int, style
     ``style="encoder"``, GPT-style (byte-level, no framing) for ``style="decoder"``."""
     if style == "decoder":
         return _build_decoder_tokenizer(texts, cfg, max_length)
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
@@ -132,18 +132,7 @@ def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int, style
         tok.decoder = decoders.Fuse()
         expected = len(vocab)
     elif cfg.tokenizer == "wordpiece":
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-        tok.normalizer = normalizers.BertNormalizer(lowercase=cfg.lowercase, handle_chinese_chars=True)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        tok.decoder = decoders.WordPiece(prefix="##")
-        trainer = trainers.WordPieceTrainer(
-            vocab_size=cfg.vocab_size,
-            min_frequency=cfg.min_frequency,
-            special_tokens=SPECIALS,
-            continuing_subword_prefix="##",
-            show_progress=False,
-        )
-        tok.train_from_iterator(texts, trainer=trainer)
+        tok = _wordpiece(texts, cfg)
         expected = tok.get_vocab_size()
     else:  # bpe, byte level: no [UNK] ever
         tok = _byte_level_bpe(texts, cfg, SPECIALS, norm, prefix_space=True)
@@ -166,6 +155,43 @@ def build_tokenizer(texts: list[str], cfg: ScratchConfig, max_length: int, style
     )
     check_tokenizer(wrapped, expected, texts[:200])
     return wrapped
+
+
+def _wordpiece(texts: list[str], cfg: ScratchConfig) -> Any:
+    """A WordPiece ``tokenizers.Tokenizer`` trained on ``texts``, the same from the same texts every time.
+
+    tokenizers' trainer numbers the continuing pieces (``##a``) in hash-map order, and breaks ties
+    between equally frequent merges by those numbers, so two builds differ (huggingface/tokenizers
+    #1794).  Here every continuing piece the texts can need is numbered first, in sorted order (as
+    a special token of the training run only); the tokenizer is then rebuilt from the vocabulary,
+    with the real special tokens alone."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    normalizer = normalizers.BertNormalizer(lowercase=cfg.lowercase, handle_chinese_chars=True)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    inner: set[str] = set()
+    for text in texts:
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
+            inner.update(word[1:])
+    pieces = sorted(f"##{ch}" for ch in inner)
+    trained = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    trained.normalizer, trained.pre_tokenizer = normalizer, pre_tokenizer
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab_size + len(pieces),  # the pieces count once in the vocabulary, not twice
+        min_frequency=cfg.min_frequency,
+        special_tokens=SPECIALS + pieces,
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    trained.train_from_iterator(texts, trainer=trainer)
+    vocab = dict(sorted(trained.get_vocab().items(), key=lambda kv: kv[1]))
+    if len(vocab) > cfg.vocab_size:  # the pieces were budgeted apart: keep the first vocab_size entries
+        vocab = dict(list(vocab.items())[: cfg.vocab_size])
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
+    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.add_special_tokens(SPECIALS)
+    return tok
 
 
 def _byte_level_bpe(
