@@ -54,6 +54,7 @@ def load(
     batch_size: int | None = None,
     max_length: int | None = None,
     threads: int | None = None,
+    threshold: float | None = None,
     options: LoadOptions | None = None,
 ) -> Any:
     """The predictor of a complete run (step 10): call it with a list of inputs (texts, or dicts
@@ -67,7 +68,8 @@ def load(
     ``backend`` (``auto``: ONNX Runtime for a folder made by ``nlptasks export --onnx``; for a run,
     the fastest export of it measured agreeing with its fp32 weights on this machine, when there is
     one; torch otherwise; or a plugin's backend); ``device``; ``batch_size`` and ``max_length``; ``threads``
-    (ONNX Runtime's).  They apply to this predictor only: loading the same run again with other
+    (ONNX Runtime's); ``threshold`` (a multi-label cls run: one threshold for every label instead
+    of the run's own).  They apply to this predictor only: loading the same run again with other
     options gives an independent predictor."""
     from nlptasks.errors import NlptasksError
     from nlptasks.inference.loading import load_predictor
@@ -88,6 +90,7 @@ def load(
             adapter=adapter,
             base_only=base_only,
             threads=threads,
+            threshold=threshold,
         )
     return load_predictor(path, options)
 

@@ -47,7 +47,7 @@ from nlptasks.hookspecs import hookimpl
 from nlptasks.inference.forward import predict_logits, predict_per_token, sigmoid, softmax
 from nlptasks.inference.runs import load_run, load_trained_model
 from nlptasks.labels import label_text, sort_labels, unique_labels
-from nlptasks.metrics import classification_report, correlations
+from nlptasks.metrics import choose_thresholds, classification_report, correlations, multilabel_report
 from nlptasks.peft_support import VIRTUAL_TOKEN_METHODS
 from nlptasks.types import LABEL_KINDS, Backend, Evaluation, Finding, LoadOptions, NoOptions, Predictor, TaskSpec, Usage
 
@@ -77,7 +77,7 @@ API_GROUPS: dict[str, list[str]] = {
         "keeps_examples_apart",
         "VIRTUAL_TOKEN_METHODS",
     ],
-    "Step 6: metrics": ["classification_report", "correlations"],
+    "Step 6: metrics": ["classification_report", "multilabel_report", "choose_thresholds", "correlations"],
     "Steps 7 to 9: training": [
         "make_training_arguments",
         "build_trainer",
@@ -138,6 +138,8 @@ __all__ = [
     "balance",
     "blank_texts",
     "build_trainer",
+    "choose_thresholds",
+    "choose_thresholds",
     "classification_errors",
     "classification_report",
     "classification_sections",
@@ -161,6 +163,8 @@ __all__ = [
     "load_run",
     "load_trained_model",
     "make_training_arguments",
+    "multilabel_report",
+    "multilabel_report",
     "numbered_jsonl",
     "per_class_table",
     "perplexity_trainer",

@@ -275,6 +275,10 @@ class Predictor(Protocol):
     array (len(texts), dim)`` of float vectors, one row per text in input order, each the same
     whatever else is in the call.
 
+    Optional, for tasks that decide by probability thresholds (a multi-label classifier):
+    ``takes_threshold = True``, and the predictor applies ``LoadOptions.threshold`` when it is set
+    (``nlptasks infer --threshold T``); step 10 refuses a threshold for a predictor without it.
+
     Optional, for tasks that generate text (``nlptasks infer --max-new-tokens N --temperature T
     --top-p P``): ``configure_generation(max_new_tokens=None, temperature=None, top_p=None)``;
     the CLI passes only the settings given and says plainly when a task does not generate.
@@ -399,6 +403,9 @@ class LoadOptions:
     :param threads: intra-op threads of a backend that has its own thread pool (ONNX Runtime;
         ``None``: ``NLPTASKS_ONNX_THREADS``, else torch's thread count).  torch's own threads belong
         to the process (``torch.set_num_threads``), not to one load.
+    :param threshold: for a predictor that decides by probability thresholds (``cls`` with
+        ``options.multi_label``): one threshold, above 0 and below 1, for every label instead of
+        the thresholds the run chose on its validation split (``None``: the run's).
     """
 
     precision: str = "auto"
@@ -409,9 +416,16 @@ class LoadOptions:
     adapter: str | None = None
     base_only: bool = False
     threads: int | None = None
+    threshold: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
+        if self.threshold is not None and (
+            isinstance(self.threshold, bool)
+            or not isinstance(self.threshold, (int, float))
+            or not 0 < self.threshold < 1
+        ):
+            problems.append(f"threshold {self.threshold!r}: a number above 0 and below 1")
         if self.precision not in PRECISIONS:
             problems.append(f"precision {self.precision!r}: choose one of {', '.join(PRECISIONS)}")
         if not isinstance(self.backend, str) or not self.backend:

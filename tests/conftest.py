@@ -389,3 +389,52 @@ def running(app):
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+GOEMOTIONS = ROOT / "data" / "goemotions"
+"""The multi-label data committed with the project (a GoEmotions subset, data/goemotions/README.md)."""
+
+
+def multilabel_recipe(folder: Path, train_rows: int = 600) -> Path:
+    """A multi-label ``cls`` recipe on the GoEmotions subset with a tiny from-scratch byte-level BPE
+    model (seconds per epoch; :data:`TINY` shrinks it further), written into ``folder``."""
+    path = Path(folder) / "multilabel.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"""task = "cls"
+seed = 42
+
+[data]
+train = "{(GOEMOTIONS / "train.jsonl").as_posix()}"
+validation = "{(GOEMOTIONS / "validation.jsonl").as_posix()}"
+test = "{(GOEMOTIONS / "test.jsonl").as_posix()}"
+max_train_rows = {train_rows}
+max_eval_rows = 300
+
+[model]
+max_length = 64
+
+[model.scratch]
+architecture = "bert"
+tokenizer = "bpe"
+vocab_size = 2000
+min_frequency = 2
+layers = 1
+hidden = 64
+heads = 2
+intermediate = 128
+
+[train]
+epochs = 2
+batch_size = 32
+learning_rate = 2e-3
+eval_strategy = "epoch"
+keep_best = true
+
+[options]
+label_column = "labels"
+multi_label = true
+""",
+        encoding="utf-8",
+    )
+    return path

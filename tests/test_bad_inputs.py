@@ -13,6 +13,7 @@ doctor), one ``error:`` line naming the key path or the file and line, and no tr
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -92,6 +93,8 @@ def dirty_recipe(tmp_path: Path, entry: dict) -> Path:
     ]
     if task == "ner":
         lines += ["", "[options]", 'tokens_column = "tokens"', 'tags_column = "tags"']
+    elif entry.get("options"):
+        lines += ["", "[options]"] + [f"{key} = {json.dumps(value)}" for key, value in entry["options"].items()]
     recipe = tmp_path / "recipe.toml"
     recipe.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return recipe

@@ -35,6 +35,8 @@ def test_no_numeric_option_is_a_bare_int_or_float():
         (["infer", "--model", "RUN", "--top-p", "0", "x"], "argument --top-p: must be a finite number more than 0"),
         (["infer", "--model", "RUN", "--temperature", "inf", "x"], "argument --temperature: must be a finite number"),
         (["infer", "--model", "RUN", "--batch-size", "0", "x"], "argument --batch-size: must be at least 1 (got 0)"),
+        (["infer", "--model", "RUN", "--threshold", "1.5", "x"], "argument --threshold: must be a number above 0 and below 1"),
+        (["serve", "RUN", "--threshold", "nan"], "argument --threshold: must be a number above 0 and below 1 (got 'nan')"),
         (["infer", "--model", "RUN", "--chunk-rows", "1.5", "x"], "must be a whole number at least 1 (got '1.5')"),
         (["serve", "RUN", "--port", "70000"], "argument --port: must be from 0 to 65535 (got 70000)"),
         (["serve", "RUN", "--max-wait-ms", "-1"], "argument --max-wait-ms: must be a finite number at least 0"),

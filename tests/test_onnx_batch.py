@@ -1,5 +1,5 @@
-"""ONNX exports answer a row the same in any batch: for every task that exports (cls, ner, pair as a
-cross-encoder and as a bi-encoder) and every precision (fp32, int8), 40 inputs of varying length
+"""ONNX exports answer a row the same in any batch: for every task that exports (cls with one label
+and with several, ner, pair as a cross-encoder and as a bi-encoder) and every precision (fp32, int8), 40 inputs of varying length
 predicted in one batch and one at a time through the public predictor give the same labels (tags,
 entities) and scores within :data:`TOLERANCE`.  ``--quantize int8`` is static quantization with
 calibrated activation scales; the old dynamic quantization (scales per batch, so a row's scores
@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
-from conftest import CLS_TEXTS, PAIRS, tiny_run  # noqa: E402
+from conftest import CLS_TEXTS, GOEMOTIONS, PAIRS, multilabel_recipe, tiny_run  # noqa: E402
 
 TOLERANCE = 1e-5
 """Largest score difference allowed between a row's batched and one-at-a-time answers (ten units
@@ -28,6 +28,7 @@ _TASKS = {  # name → (recipe, overrides)
     "ner": ("ner.toml", ("data.max_train_rows=300",)),
     "cross": ("pair.toml", ("data.max_train_rows=400",)),
     "bi": ("pair.toml", ("options.mode=bi", "data.max_train_rows=400")),
+    "multilabel": (None, ("train.epochs=1",)),  # conftest.multilabel_recipe: English, 28 labels
 }
 _RUNS: dict[str, Path] = {}
 
@@ -44,6 +45,9 @@ def _texts() -> list[str]:
 
 def _inputs(task: str) -> list:
     texts = _texts()
+    if task == "multilabel":
+        lines = (GOEMOTIONS / "test.jsonl").read_text(encoding="utf-8").splitlines()[:40]
+        return [json.loads(line)["text"][: 1 + (i * 37) % 300] for i, line in enumerate(lines)]
     if task in ("cls", "ner"):
         return texts
     return [(texts[i], PAIRS[i % len(PAIRS)][1] if i % 3 else texts[(i * 7) % 40]) for i in range(40)]
@@ -52,7 +56,10 @@ def _inputs(task: str) -> list:
 def _export(runs: Path, cli, task: str, quantize: str, out: Path) -> dict:  # noqa: ANN001
     recipe, sets = _TASKS[task]
     if task not in _RUNS or not _RUNS[task].exists():
-        _RUNS[task] = tiny_run(runs, recipe, task, *sets)
+        if recipe is None:
+            _RUNS[task] = tiny_run(runs, multilabel_recipe(runs), task, *sets, tiny=(), epochs=None)
+        else:
+            _RUNS[task] = tiny_run(runs, recipe, task, *sets)
     code, _, err = cli("export", _RUNS[task], "--onnx", out, "--quantize", quantize, "--check-rows", "0")
     assert code == 0, err
     return json.loads((out / "nlptasks.json").read_text(encoding="utf-8"))

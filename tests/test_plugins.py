@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,7 @@ def test_other_task_plugins_are_left_out_but_cross_cutting_ones_run():
 
     class Ctx:
         labels = ["a", "b"]
+        options = types.SimpleNamespace(multi_label=False)
 
     fn = hooks.nlptasks_metrics(ctx=Ctx())
     assert calls == ["logger"]
@@ -200,7 +202,8 @@ def test_trace_logs_hook_calls():
         """
         from nlptasks.host import Host
         host = Host()
-        class Ctx: labels = ["a", "b"]
+        import types
+        class Ctx: labels = ["a", "b"]; options = types.SimpleNamespace(multi_label=False)
         host.hooks_for(host.task("cls")).nlptasks_metrics(ctx=Ctx())
         """
     )
@@ -213,9 +216,12 @@ def test_trace_logs_hook_calls():
 
 def test_listing_says_each_tasks_best_metric_and_peft_type():
     tasks = json.loads(run_cli("plugins", "--json").stdout)["tasks"]
-    assert tasks["cls"]["peft_task_type"] == "SEQ_CLS" and tasks["cls"]["best_metric"] == "accuracy"
+    assert (
+        tasks["cls"]["peft_task_type"] == "SEQ_CLS"
+        and tasks["cls"]["best_metric"] == "accuracy (multi-label: f1_macro)"
+    )
     assert tasks["ner"]["peft_task_type"] == "TOKEN_CLS"
     assert tasks["sft"]["peft_task_type"] == "CAUSAL_LM"
     assert "FEATURE_EXTRACTION" in tasks["pair"]["peft_task_type"]  # depends on options.mode: its docstring
     text = run_cli("plugins").stdout
-    assert "best metric: accuracy; peft: SEQ_CLS" in text
+    assert "best metric: accuracy (multi-label: f1_macro); peft: SEQ_CLS" in text

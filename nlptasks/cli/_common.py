@@ -20,6 +20,7 @@ __all__ = [
     "finite_float",
     "int_in",
     "non_negative_int",
+    "open_unit_float",
     "positive_int",
     "load_options",
     "print_notes",
@@ -40,12 +41,23 @@ def add_recipe_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-LOAD_FLAGS = ("precision", "backend", "device", "adapter", "base_only", "batch_size", "max_length", "threads")
+LOAD_FLAGS = (
+    "precision",
+    "backend",
+    "device",
+    "adapter",
+    "base_only",
+    "batch_size",
+    "max_length",
+    "threads",
+    "threshold",
+)
 
 
 def add_load_arguments(p: Any, *flags: str) -> None:
     """The flags of step 10's :class:`nlptasks.LoadOptions` that a command offers (infer, eval,
-    serve): ``precision``, ``backend``, ``device``, ``adapter``, ``base_only``, ``threads``
+    serve): ``precision``, ``backend``, ``device``, ``adapter``, ``base_only``, ``threads``,
+    ``threshold``
     (``batch_size`` and ``max_length`` are the commands' own, with their own defaults)."""
     unknown = set(flags) - set(LOAD_FLAGS)
     assert not unknown, unknown
@@ -83,6 +95,14 @@ def add_load_arguments(p: Any, *flags: str) -> None:
             metavar="N",
             help="intra-op threads of a backend with its own thread pool (ONNX Runtime; default: "
             "$NLPTASKS_ONNX_THREADS, else torch's thread count)",
+        )
+    if "threshold" in flags:
+        p.add_argument(
+            "--threshold",
+            type=open_unit_float,
+            metavar="T",
+            help="for a multi-label cls run: predict every label whose probability is at least T (above 0, "
+            "below 1) instead of the thresholds the run chose on its validation split",
         )
     if "adapter" in flags:
         p.add_argument(
@@ -126,6 +146,17 @@ def task_of(run_dir: Path) -> str:
         return json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8")).get("task", "?")
     except (OSError, ValueError):
         return "?"
+
+
+def open_unit_float(text: str) -> float:
+    """An argparse ``type``: a number above 0 and below 1 (a probability threshold)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number above 0 and below 1 (got {text!r})") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number above 0 and below 1 (got {text!r})")
+    return value
 
 
 def int_in(low: int, high: int | None = None) -> Callable[[str], int]:

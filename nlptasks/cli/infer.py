@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
         "(or stdin) and written out, e.g. conll for ner (a --file whose extension names a task "
         "format uses it)",
     )
-    add_load_arguments(p, "precision", "backend", "device", "threads")
+    add_load_arguments(p, "precision", "backend", "device", "threads", "threshold")
     p.add_argument(
         "--chunk-rows",
         type=positive_int,

@@ -100,7 +100,7 @@ def register(sub: Any) -> None:
         "closes (a Content-Length larger than the body, a chunked body cut off) (default: 10)",
     )
     m = p.add_argument_group("models")
-    add_load_arguments(m, "precision", "backend", "device", "adapter")
+    add_load_arguments(m, "precision", "backend", "device", "adapter", "threshold")
     m.add_argument(
         "--threads",
         type=positive_int,

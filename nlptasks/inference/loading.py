@@ -78,6 +78,12 @@ def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host
         )
         manifest = {**manifest, LEGACY_OPTIONS: options}
     predictor = hook(run_dir=run_dir, manifest=manifest, options=options)
+    if options.threshold is not None and not getattr(predictor, "takes_threshold", False):
+        raise NlptasksError(
+            f"threshold {options.threshold}: {run_dir} is a {task.name!r} run, whose answers do not "
+            "depend on a probability threshold (a multi-label cls run's do)",
+            hint="Leave out --threshold (threshold=) for this run.",
+        )
     if legacy:
         for name in ("batch_size", "max_length"):
             value = getattr(options, name)

@@ -10,8 +10,11 @@ exported manifest (``onnx.measured``) and model card:
   that is not a float) differ between torch and ONNX;
 * ``max_score_diff``: the largest difference of any float (scores, similarities);
 * ``gold``: for each discrete result field that the file's rows also hold (a ``label`` column,
-  ner's ``tags``; not a float such as a pair run's predicted ``score`` beside a 0-5 ``score`` column), the accuracy of torch and of ONNX against the file and the change in points (lists
-  such as tags count element by element).  A field equal to the file's in every row for both
+  ner's ``tags``, a multi-label run's ``labels``; not a float such as a pair run's predicted
+  ``score`` beside a 0-5 ``score`` column, nor a list beside a csv cell), the accuracy of torch
+  and of ONNX against the file and the change in points (lists such as tags, one per token, count
+  element by element; lists of another length than the file's, such as a multi-label run's
+  labels, count a row as right when they hold the same items).  A field equal to the file's in every row for both
   backends is left out: the input's echo (the text, the tokens), or nothing to report.
 
 ``export`` warns when a gold accuracy drops by more than ``max_drop`` points.
@@ -132,10 +135,27 @@ def _float_gap(a: Any, b: Any) -> float:
     return 0.0
 
 
-def _hits(predicted: Any, gold: Any) -> tuple[int, int]:
+def _hits(predicted: Any, gold: Any, as_set: bool = False) -> tuple[int, int]:
     if isinstance(gold, list) and isinstance(predicted, list):
+        if as_set:  # a set of labels (multi-label): the row is right when the sets are equal
+            return int(sorted(map(str, predicted)) == sorted(map(str, gold))), 1
         return sum(p == g for p, g in zip(predicted, gold, strict=False)), len(gold)
     return int(str(predicted) == str(gold)), 1
+
+
+def _comparable(key: str, rows: list[Any], results: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """``(comparable, as_set)`` for a result field that the file's rows also hold: a list answer
+    is compared with a list in the file only (a csv cell ``joy|fear`` is another shape), element by
+    element when every row's lists have one length (tags), else as a set (labels)."""
+    pairs = [
+        (r[key], row[key])
+        for row, r in zip(rows, results, strict=True)
+        if isinstance(row, dict) and key in row and key in r
+    ]
+    lists = [isinstance(a, list) for a, _ in pairs]
+    if any(lists) and not all(isinstance(a, list) and isinstance(b, list) for a, b in pairs):
+        return False, False
+    return True, any(lists) and any(len(a) != len(b) for a, b in pairs)
 
 
 def compare_results(
@@ -151,13 +171,16 @@ def compare_results(
     for key in sorted(keys):
         if any(isinstance(r.get(key), float) for r in torch_results):
             continue  # a probability or a predicted number: no discrete answer to count as right or wrong
+        comparable, as_set = _comparable(key, rows, torch_results)
+        if not comparable:
+            continue
         counts = {"torch": [0, 0], "onnx": [0, 0]}
         echo = True
         for row, a, b in zip(rows, torch_results, onnx_results, strict=True):
             if not isinstance(row, dict) or key not in row or key not in a:
                 continue
             for name, result in (("torch", a), ("onnx", b)):
-                hit, total = _hits(result.get(key), row[key])
+                hit, total = _hits(result.get(key), row[key], as_set)
                 counts[name][0] += hit
                 counts[name][1] += total
             echo = echo and a[key] == row[key] == b[key]

@@ -8,14 +8,17 @@ training data as they are spelt (strings or integers), sorted (numerically when 
 integers) unless ``options.labels`` gives the order.  The saved model carries ``id2label`` /
 ``label2id``, so ``transformers.pipeline("text-classification", model=RUN_DIR)`` gives the same
 labels as ``nlptasks infer``.
+
+With ``options.multi_label = true`` a text has any number of labels, zero included
+(``multilabel.py``: a sigmoid per label, thresholds chosen on validation).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from nlptasks.plugin import (
     ROW_COLUMN,
@@ -24,6 +27,7 @@ from nlptasks.plugin import (
     Evaluation,
     Finding,
     LoadOptions,
+    NlptasksError,
     RunContext,
     TaskSpec,
     balance,
@@ -44,12 +48,15 @@ from nlptasks.plugin import (
     predict_logits,
     require_columns,
     row_numbers,
+    sigmoid,
     softmax,
     sort_labels,
     split_overlap,
     truncation,
     unique_labels,
 )
+
+from . import multilabel
 
 
 class ClsOptions(BaseModel):
@@ -64,6 +71,70 @@ class ClsOptions(BaseModel):
         min_length=2,
         description="Label names in class-id order. Default: the labels found in the training data, sorted.",
     )
+    multi_label: bool = Field(
+        False,
+        description="Any number of labels per text (zero included): a JSON list in jsonl/json, or labels "
+        "joined by `separator`; one sigmoid per label, decided by thresholds chosen on validation.",
+    )
+    separator: str | None = Field(
+        None,
+        min_length=1,
+        description="With multi_label: what joins several labels in one cell (default '|': 'joy|fear').",
+    )
+    threshold: Literal["per_label", "global"] | float | None = Field(
+        None,
+        description="With multi_label: 'per_label' (default: each label's best-F1 threshold on validation, "
+        "the global one for labels with fewer than 5 validation examples), 'global' (the best micro-F1 "
+        "threshold for every label), or a number above 0 and below 1 (fixed, nothing chosen).",
+    )
+
+    @field_validator("separator", "threshold", mode="before")
+    @classmethod
+    def _multi_label_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and not info.data.get("multi_label"):
+            raise ValueError(
+                f"applies only to multi-label classification: set options.multi_label = true, "
+                f"or remove options.{info.field_name}"
+            )
+        if info.field_name != "threshold" or value is None or value in ("per_label", "global"):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1:
+            return float(value)
+        raise ValueError(f"choose 'per_label', 'global', or a number above 0 and below 1 (got {value!r})")
+
+    @model_validator(mode="after")
+    def _multi_label_defaults(self) -> ClsOptions:
+        if self.multi_label:
+            self.separator = self.separator or "|"
+            self.threshold = "per_label" if self.threshold is None else self.threshold
+        return self
+
+
+def _best_metric(options: ClsOptions) -> str:
+    """accuracy (multi-label: f1_macro)"""
+    return "f1_macro" if options.multi_label else "accuracy"
+
+
+def _stratify_by(options: ClsOptions) -> str | None:
+    """the label column (multi-label: none)"""
+    return None if options.multi_label else options.label_column
+
+
+SINGLE_LABEL_METRICS = (
+    "accuracy",
+    "f1_macro",
+    "precision_macro",
+    "recall_macro",
+    "f1/<class>",
+    "precision/<class>",
+    "recall/<class>",
+    "support/<class>",
+)
+
+
+def _metrics(options: ClsOptions) -> tuple[str, ...]:
+    """accuracy, macro F1/precision/recall, per class (multi-label: micro and macro F1, exact match, jaccard, per label)"""
+    return multilabel.METRICS if options.multi_label else SINGLE_LABEL_METRICS
 
 
 @hookimpl
@@ -71,22 +142,13 @@ def register_tasks(register: Any) -> None:
     register(
         TaskSpec(
             name="cls",
-            description="Sequence classification: one label per text (accuracy, macro-F1, per-class report).",
+            description="Sequence classification: one label per text, or any number with options.multi_label.",
             options=ClsOptions,
-            best_metric="accuracy",
+            best_metric=_best_metric,
             greater_is_better=True,
-            stratify_by=lambda options: options.label_column,
+            stratify_by=_stratify_by,
             peft_task_type="SEQ_CLS",
-            metrics=(
-                "accuracy",
-                "f1_macro",
-                "precision_macro",
-                "recall_macro",
-                "f1/<class>",
-                "precision/<class>",
-                "recall/<class>",
-                "support/<class>",
-            ),
+            metrics=_metrics,
             label_fields={"labels": "example"},
         )
     )
@@ -98,6 +160,9 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
     opts: ClsOptions = ctx.options
     require_columns(ctx, data, {"text_column": opts.text_column, "label_column": opts.label_column})
+    if opts.multi_label:
+        return multilabel.preprocess(ctx, data)
+    _refuse_lists(ctx, data)
 
     def problem(row: dict[str, Any]) -> str | None:
         text = row[opts.text_column]
@@ -179,6 +244,26 @@ def _first_text(data: Any, column: str) -> str | None:
     return None
 
 
+def _list_rows(ds: Any, column: str) -> list[int]:
+    """File rows of ``ds`` whose label is a list (several labels in one cell)."""
+    return [n for n, v in zip(row_numbers(ds), ds[column], strict=True) if isinstance(v, (list, tuple))]
+
+
+def _refuse_lists(ctx: RunContext, data: Any) -> None:
+    """A list of labels in a single-label run: the data is multi-label, said before anything trains."""
+    column = ctx.options.label_column
+    for split, ds in data.items():
+        rows = _list_rows(ds, column)
+        if rows:
+            raise DataError(
+                f"column {column!r} holds a list of labels ({len(rows)} row(s)): multi-label data, "
+                "but options.multi_label is false",
+                path=ctx.sources.get(split, split),
+                row=rows[0],
+                hint="Set options.multi_label = true (any number of labels per text), or give one label per row.",
+            )
+
+
 def _check_labels(ctx: RunContext, split: str, ds: Any, known: set[str], origin: str) -> None:
     for row, value in zip(ds[ROW_COLUMN], ds[ctx.options.label_column], strict=True):
         label = label_text(value)
@@ -217,11 +302,29 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
         return " ".join(str(value).split()) if value is not None and str(value).strip() else None
 
     def labels_of(row: dict[str, Any]) -> list[str]:
-        label = label_text(row[opts.label_column])
+        value = row[opts.label_column]
+        label = None if isinstance(value, (list, tuple)) else label_text(value)
         return [] if label is None else [label]
 
     findings += blank_texts(ctx, data, [opts.text_column])
+    if opts.multi_label:
+        found, labels_of = multilabel.check(ctx, data)
+        findings += found
     for split, ds in data.items():
+        lists = [] if opts.multi_label else _list_rows(ds, opts.label_column)
+        if lists:
+            findings.append(
+                Finding(
+                    "error",
+                    "multi-label",
+                    f"{len(lists)} row(s) hold a list of labels: multi-label data, but options.multi_label "
+                    "is false (set it to true, or give one label per row)",
+                    split,
+                    lists,
+                )
+            )
+        if opts.multi_label:
+            continue
         no_label = [n for n, v in zip(row_numbers(ds), ds[opts.label_column], strict=True) if label_text(v) is None]
         if no_label:
             findings.append(
@@ -241,7 +344,7 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
         known_from="options.labels" if opts.labels else "train",
         hint="; a run stops on them (fix the rows, or list every label in options.labels)",
     )
-    if "train" in data and opts.labels is None:
+    if "train" in data and opts.labels is None and not opts.multi_label:
         seen = {label for row in data["train"] for label in labels_of(row)}
         if len(seen) < 2:
             findings.append(
@@ -279,11 +382,20 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 @hookimpl
 def nlptasks_build_model(ctx: RunContext) -> Any:
     assert ctx.labels is not None
+    if ctx.options.multi_label:
+        return load_model(
+            ctx,
+            "AutoModelForSequenceClassification",
+            problem_type="multi_label_classification",
+            **label_config(ctx.labels),
+        )
     return load_model(ctx, "AutoModelForSequenceClassification", **label_config(ctx.labels))
 
 
 @hookimpl
 def nlptasks_metrics(ctx: RunContext) -> Any:
+    if ctx.options.multi_label:
+        return multilabel.metrics(ctx)
     labels = list(ctx.labels or [])
 
     def compute_metrics(evaluation: Evaluation) -> dict[str, float]:
@@ -300,30 +412,55 @@ def nlptasks_errors(ctx: RunContext, split: str, evaluation: Any) -> list[dict[s
     """Every text whose predicted label is not its gold label, with the file row and the score."""
     if evaluation is None:
         return None
+    if ctx.options.multi_label:
+        return multilabel.errors(ctx, evaluation)
     return classification_errors(evaluation, list(ctx.labels or []), {"text": evaluation.side["texts"]})
 
 
 @hookimpl
 def nlptasks_report(ctx: RunContext, trainer: Any, data: Any, metrics: dict[str, Any]) -> list[str]:
-    """The model card's per-class table and confusion matrix (test split, else validation)."""
+    """The model card's per-class table and confusion matrix (test split, else validation);
+    multi-label: the per-label table and the thresholds."""
+    if ctx.options.multi_label:
+        return multilabel.report(ctx, metrics)
     return classification_sections(ctx, trainer, data, metrics)
 
 
 class ClsPredictor:
     """Texts (or rows with the text column) → ``{"text", "label", "score", "scores"}``, batched:
     the best label, its probability, and every label's probability (``scores``, in the run's label
-    order, as ``transformers.pipeline(..., top_k=None)`` gives them)."""
+    order, as ``transformers.pipeline(..., top_k=None)`` gives them).
+
+    A multi-label run gives ``{"text", "labels", "scores"}``: every label whose sigmoid probability
+    reaches its threshold (the run's, or ``LoadOptions.threshold`` for all), in the run's label order."""
+
+    takes_threshold = True
 
     def __init__(self, run_dir: Path, manifest: dict[str, Any], options: LoadOptions) -> None:
+        self.multi_label = bool(manifest.get("multi_label"))
+        if options.threshold is not None and not self.multi_label:
+            raise NlptasksError(
+                f"threshold {options.threshold}: {run_dir} is a single-label cls run (its label is the most "
+                "probable one; no threshold decides it)",
+                hint="Leave out --threshold, or train with options.multi_label = true.",
+            )
         self.tokenizer, self.model = load_run(run_dir, manifest, "AutoModelForSequenceClassification", options)
         self.text_column = manifest.get("text_column") or manifest.get("options", {}).get("text_column", "text")
         self.max_length = options.max_length or manifest.get("max_length")
         self.batch_size = options.batch_size or 32
         self.id2label = {int(k): v for k, v in self.model.config.id2label.items()}
+        if self.multi_label:
+            names = [self.id2label[i] for i in range(len(self.id2label))]
+            mode = options.threshold if options.threshold is not None else manifest.get("options", {}).get("threshold")
+            self.thresholds = multilabel.recorded_cuts(manifest.get("thresholds"), names, mode or "per_label")
 
     def __call__(self, inputs: list[Any]) -> list[dict[str, Any]]:
         texts = input_texts(inputs, self.text_column)
-        probs = softmax(predict_logits(self.model, self.tokenizer, texts, self.batch_size, self.max_length))
+        logits = predict_logits(self.model, self.tokenizer, texts, self.batch_size, self.max_length)
+        if self.multi_label:
+            decided = multilabel.decide(sigmoid(logits), self.thresholds, self.id2label)
+            return [{"text": text, **d} for text, d in zip(texts, decided, strict=True)]
+        probs = softmax(logits)
         results = []
         for text, p in zip(texts, probs, strict=True):
             best = int(p.argmax())
