@@ -314,3 +314,47 @@ def test_check_reports_label_sets_rows_without_labels_and_co_occurrence(cli, tmp
     )
     code, out, _ = cli("check", tmp_path / "r1.toml")
     assert code != 0 and "hold a list of labels" in out and "options.multi_label" in out
+
+
+def test_an_onnx_export_keeps_the_thresholds_and_scores_its_label_sets(runs, cli, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import nlptasks
+
+    run_dir = _run(runs)
+    out = tmp_path / "onnx"
+    code, _, err = cli("export", run_dir, "--onnx", out, "--check-rows", "200")
+    assert code == 0, err
+    manifest = json.loads((out / "nlptasks.json").read_text(encoding="utf-8"))
+    run_manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["thresholds"] == run_manifest["thresholds"]
+    gold = manifest["onnx"]["measured"]["gold"]["labels"]  # label sets against the file's lists
+    assert gold["items"] == 200 and abs(gold["change_points"]) <= 1.0
+    rows = _test_rows(200)  # a row counts as right when its label set is the file's
+    answers = nlptasks.load(run_dir, backend="torch", precision="fp32")(rows)
+    exact = sum(set(a["labels"]) == set(r["labels"]) for a, r in zip(answers, rows, strict=True)) / len(rows)
+    assert gold["torch"] == pytest.approx(exact)
+    texts = [r["text"] for r in _test_rows(30)]
+    torch_answers = nlptasks.load(run_dir, backend="torch", precision="fp32")(texts)
+    onnx_answers = nlptasks.load(out)(texts)
+    assert sum(a["labels"] != b["labels"] for a, b in zip(torch_answers, onnx_answers, strict=True)) <= 1
+    # the export's figures are its own, measured as nlptasks eval measures them
+    own = read_metrics(out)["test"]
+    assert own["f1_macro"] == pytest.approx(read_metrics(run_dir)["test"]["f1_macro"], abs=0.02)
+    assert all(own[f"threshold/{n}"] == pytest.approx(t) for n, t in run_manifest["thresholds"]["per_label"].items())
+
+
+def test_the_export_comparison_counts_label_sets_and_skips_other_shapes():
+    from nlptasks.pipeline.onnx import compare_results
+
+    rows = [{"labels": ["b", "a"]}, {"labels": ["c"]}, {"labels": []}]
+    torch_answers = [{"labels": ["a", "b"]}, {"labels": ["c", "a"]}, {"labels": []}]
+    onnx_answers = [{"labels": ["a", "b"]}, {"labels": ["c"]}, {"labels": []}]
+    gold = compare_results(rows, torch_answers, onnx_answers)["gold"]["labels"]
+    assert (gold["torch"], gold["onnx"], gold["items"]) == (pytest.approx(2 / 3), 1.0, 3)
+    # labels joined in a csv cell are another shape: not compared (no figure rather than a wrong one)
+    csv_rows = [{"labels": "a|b"}, {"labels": "c"}, {"labels": ""}]
+    assert "labels" not in compare_results(csv_rows, torch_answers, onnx_answers)["gold"]
+    # tags, one per token, still count element by element
+    tags = [{"tags": ["O", "B", "I"]}]
+    gold = compare_results(tags, [{"tags": ["O", "B", "O"]}], [{"tags": ["O", "B", "O"]}])["gold"]["tags"]
+    assert (gold["torch"], gold["items"]) == (pytest.approx(2 / 3), 3)

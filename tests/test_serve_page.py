@@ -184,3 +184,23 @@ def test_the_page_asks_for_the_api_key_and_then_works(served, browser):
         expected = keyed.models["tiny-cls"].predictor(["服务很好"])[0]
         predict_on_page(browser, ["服务很好"])
         assert text_of(browser, wait(browser, "#label-name")) == expected["label"]
+
+
+def test_the_page_shows_a_multi_label_answer(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from conftest import multilabel_recipe, tiny_run
+
+    run_dir = tiny_run(tmp_path, multilabel_recipe(tmp_path), "ml", "train.epochs=1", tiny=())
+    state = serve_state({"ml": run_dir})
+    with running(build_app(state)) as url:
+        browser.get(url + "/")
+        pick(browser, "ml")
+        text = "Thank you so much, this made my day!"
+        expected = state.models["ml"].predictor([text])[0]
+        predict_on_page(browser, [text])
+        line = text_of(browser, wait(browser, "#labels-line"))
+        chips = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#labels-line .label-chip")]
+        assert chips == expected["labels"]
+        assert expected["labels"] or "none above its threshold" in line
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#result .bar-fill")) == len(expected["scores"])

@@ -152,7 +152,7 @@
       el("span", { class: "bar-value" }, value.toFixed(4)));
   }
 
-  // Draw an output by its shape: entities with offsets, a label (with scores), or a score.
+  // Draw an output by its shape: entities with offsets, labels (multi-label), a label (with scores), or a score.
   function render(output, texts) {
     const box = $("result");
     const parts = [];
@@ -176,6 +176,18 @@
       para.append(text.slice(at));
       parts.push(para);
       parts.push(el("p", { class: "note" }, entities.length ? `${entities.length} entities` : "No entities found."));
+    } else if (Array.isArray(output.labels)) {
+      // multi-label: every label at or above its threshold, then every label's probability
+      parts.push(el("p", { class: "label-line", id: "labels-line" }, "Labels ",
+        ...(output.labels.length
+          ? output.labels.map((name) => el("strong", { class: "label-chip", style: `background:hsl(${hue(name)} 80% 88%)` }, String(name)))
+          : [el("em", {}, "none above its threshold")])));
+      if (output.scores && typeof output.scores === "object") {
+        const scores = Object.entries(output.scores).filter(([, v]) => typeof v === "number")
+          .sort((a, b) => b[1] - a[1]);
+        parts.push(el("div", { class: "bars" },
+          ...scores.map(([name, v]) => bar(name, v, `hsl(${hue(name)} 70% 55%)`))));
+      }
     } else if (output.label !== undefined && output.label !== null) {
       parts.push(el("p", { class: "label-line" }, "Label ",
         el("strong", { id: "label-name", style: `background:hsl(${hue(output.label)} 80% 88%)` }, String(output.label))));
