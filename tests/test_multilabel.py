@@ -358,3 +358,83 @@ def test_the_export_comparison_counts_label_sets_and_skips_other_shapes():
     tags = [{"tags": ["O", "B", "I"]}]
     gold = compare_results(tags, [{"tags": ["O", "B", "O"]}], [{"tags": ["O", "B", "O"]}])["gold"]["tags"]
     assert (gold["torch"], gold["items"]) == (pytest.approx(2 / 3), 3)
+
+
+# -- resume, tune and --nproc, as for every task ------------------------------------------------------
+
+
+def test_a_resumed_run_chooses_the_thresholds_of_the_uninterrupted_one(tmp_path):
+    import shutil
+
+    from nlptasks.testing import run_cli
+
+    sets = ("data.max_eval_rows=120", "output.checkpoint_steps=5", "output.keep_checkpoints=true")
+    sets += ("train.eval_strategy=no", "train.keep_best=false")  # checkpoints every 5 steps, not per epoch
+    whole = tiny_run(tmp_path / "runs", multilabel_recipe(tmp_path), "whole", *sets, tiny=(), epochs=None)
+    steps = sorted(int(p.name.split("-")[1]) for p in (whole / "checkpoints").glob("checkpoint-*"))
+    step = next(s for s in steps if s % 19)  # 19 steps an epoch (600 rows, batches of 32): inside one
+    crashed = tmp_path / "crashed" / "cls" / "r"
+    shutil.copytree(whole, crashed)
+    for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json", "README.md", "log_history.json"):
+        (crashed / name).unlink(missing_ok=True)
+    for checkpoint in (crashed / "checkpoints").glob("checkpoint-*"):
+        if int(checkpoint.name.split("-")[1]) > step:
+            shutil.rmtree(checkpoint)
+    code, _, err = run_cli(*whole.argv, "--resume", crashed)
+    assert code == 0, err
+    assert f"from checkpoint-{step}" in err
+    a, b = (json.loads((d / "nlptasks.json").read_text(encoding="utf-8"))["thresholds"] for d in (whole, crashed))
+    assert a == b
+    for key in ("f1_macro", "f1_micro", "loss"):
+        assert read_metrics(crashed)["test"][key] == pytest.approx(read_metrics(whole)["test"][key], abs=1e-6)
+
+
+def test_tune_maximises_macro_f1_at_the_chosen_thresholds(tmp_path):
+    from nlptasks.testing import run_cli
+
+    recipe = multilabel_recipe(tmp_path, train_rows=300)
+    recipe.write_text(
+        recipe.read_text(encoding="utf-8")
+        + '\n[tune]\ntrials = 2\nseed = 3\n\n[tune.space]\n"train.learning_rate" = { low = 5e-4, high = 5e-3, log = true }\n',
+        encoding="utf-8",
+    )
+    sets = ("data.max_eval_rows=100", "train.epochs=1", "options.labels=" + json.dumps(_all_labels()))
+    argv = [a for s in (*sets, f"output.dir={tmp_path / 'runs'}") for a in ("--set", s)]
+    code, out, err = run_cli("tune", recipe, *argv)
+    assert code == 0, err
+    folder = tmp_path / "runs" / "cls" / "tune-multilabel"  # the study is named after the recipe file
+    scores = [
+        json.loads((trial / "metrics.json").read_text(encoding="utf-8"))["validation"]["f1_macro"]
+        for trial in sorted((folder / "trials").iterdir())
+        if (trial / "metrics.json").exists()
+    ]
+    best = (folder / "best-run").resolve()
+    assert len(scores) == 2 and read_metrics(best)["validation"]["f1_macro"] == max(scores)
+    assert json.loads((best / "nlptasks.json").read_text(encoding="utf-8"))["thresholds"]["mode"] == "per_label"
+
+
+def test_two_processes_train_a_multi_label_run(tmp_path):
+    import os
+    import sys
+
+    from conftest import ROOT, run_process
+
+    recipe = multilabel_recipe(tmp_path, train_rows=300)
+    sets = ("data.max_eval_rows=100", "train.epochs=1", "options.labels=" + json.dumps(_all_labels()))
+    command = [sys.executable, "-m", "nlptasks", "run", str(recipe), "--nproc", "2", "--no-progress"]
+    command += [a for s in (*sets, f"output.dir={tmp_path / 'runs'}") for a in ("--set", s)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = run_process(command, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs" / "cls").iterdir()
+    manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
+    assert manifest["distributed"]["world_size"] == 2
+    assert manifest["thresholds"]["examples"] == 100  # validation gathered from both ranks, each row once
+    test = read_metrics(run_dir)["test"]
+    assert {k.split("/")[1] for k in test if k.startswith("threshold/")} == set(_all_labels())
+
+
+def _all_labels() -> list[str]:
+    with (GOEMOTIONS / "train.jsonl").open(encoding="utf-8") as fh:
+        return sorted({label for line in fh for label in json.loads(line)["labels"]})

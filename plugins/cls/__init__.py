@@ -57,6 +57,7 @@ from nlptasks.plugin import (
 )
 
 from . import multilabel
+from .encoding import encode_splits
 
 
 class ClsOptions(BaseModel):
@@ -206,42 +207,16 @@ def nlptasks_preprocess(ctx: RunContext, data: Any) -> Any:
 
 
 def _encode(ctx: RunContext, data: Any, labels: list[str]) -> Any:
-    """Tokenize every split with the labels' ids; keep the rows and texts of the scored splits
-    (``ctx.side``) for the errors of ``nlptasks eval``."""
-    from datasets import DatasetDict
-
-    opts: ClsOptions = ctx.options
+    """Tokenize every split with the labels' ids (``encoding.encode_splits``)."""
     label2id = {name: i for i, name in enumerate(labels)}
-    corpus = (str(t) for t in data["train"][opts.text_column]) if "train" in data else None
-    tokenizer = get_tokenizer(ctx, corpus=corpus)
-    max_length = ctx.recipe.model.max_length
-    pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
 
-    def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
-        enc = tokenizer([str(t) for t in batch[opts.text_column]], truncation=True, max_length=max_length, padding=pad)
-        enc["labels"] = [label2id[label_text(v)] for v in batch[opts.label_column]]  # type: ignore[index]
-        return dict(enc)
+    def counts(ids: list[int]) -> str:
+        found = {name: 0 for name in labels}
+        for i in ids:
+            found[labels[i]] += 1
+        return ", ".join(f"{k} {v}" for k, v in found.items())
 
-    out = DatasetDict()
-    for split, ds in data.items():
-        if split != "train":
-            ctx.side[split] = {"rows": list(ds[ROW_COLUMN]), "texts": [str(t) for t in ds[opts.text_column]]}
-        out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
-        counts = {name: 0 for name in labels}
-        for i in out[split]["labels"]:
-            counts[labels[i]] += 1
-        ctx.log.info("%s labels: %s", split, ", ".join(f"{k} {v}" for k, v in counts.items()))
-    ctx.manifest["text_column"] = opts.text_column
-    ctx.manifest["example"] = _first_text(data, opts.text_column)
-    return out
-
-
-def _first_text(data: Any, column: str) -> str | None:
-    """The first text of test, else validation, else train: the example the run's messages show."""
-    for split in ("test", "validation", "train"):
-        if split in data and len(data[split]):
-            return str(data[split][0][column])
-    return None
+    return encode_splits(ctx, data, labels, lambda cell: label2id[label_text(cell)], counts)  # type: ignore[index]
 
 
 def _list_rows(ds: Any, column: str) -> list[int]:

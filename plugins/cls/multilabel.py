@@ -26,7 +26,6 @@ from collections import Counter
 from typing import Any
 
 from nlptasks.plugin import (
-    ROW_COLUMN,
     UNKNOWN_LABEL,
     DataError,
     Evaluation,
@@ -34,7 +33,6 @@ from nlptasks.plugin import (
     RunContext,
     choose_thresholds,
     filter_rows,
-    get_tokenizer,
     label_text,
     multilabel_report,
     per_class_table,
@@ -42,6 +40,8 @@ from nlptasks.plugin import (
     sigmoid,
     sort_labels,
 )
+
+from .encoding import encode_splits
 
 MIN_SUPPORT = 5
 """Validation examples a label needs for a threshold of its own (else the global one)."""
@@ -170,48 +170,23 @@ def preprocess(ctx: RunContext, data: Any) -> Any:
 
 def _encode(ctx: RunContext, data: Any, labels: list[str]) -> Any:
     """Tokenize every split; ``labels`` a float multi-hot vector (what binary cross-entropy takes)."""
-    from datasets import DatasetDict
+    separator, index = ctx.options.separator, {name: i for i, name in enumerate(labels)}
 
-    opts = ctx.options
-    index = {name: i for i, name in enumerate(labels)}
-    corpus = (str(t) for t in data["train"][opts.text_column]) if "train" in data else None
-    tokenizer = get_tokenizer(ctx, corpus=corpus)
-    max_length = ctx.recipe.model.max_length
-    pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
+    def multi_hot(cell: Any) -> list[float]:
+        vector = [0.0] * len(labels)
+        for name in parse_labels(cell, separator):
+            vector[index[name]] = 1.0
+        return vector
 
-    def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
-        enc = tokenizer([str(t) for t in batch[opts.text_column]], truncation=True, max_length=max_length, padding=pad)
-        hot = []
-        for value in batch[opts.label_column]:
-            vector = [0.0] * len(labels)
-            for name in parse_labels(value, opts.separator):
-                vector[index[name]] = 1.0
-            hot.append(vector)
-        enc["labels"] = hot
-        return dict(enc)
+    def counts(vectors: list[list[float]]) -> str:
+        found = Counter({name: 0 for name in labels})
+        for vector in vectors:
+            found.update(name for name, v in zip(labels, vector, strict=True) if v)
+        none = sum(not any(v) for v in vectors)
+        return ", ".join(f"{k} {v}" for k, v in found.items()) + f"; {none} row(s) with no label"
 
-    out = DatasetDict()
-    for split, ds in data.items():
-        if split != "train":
-            ctx.side[split] = {"rows": list(ds[ROW_COLUMN]), "texts": [str(t) for t in ds[opts.text_column]]}
-        out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
-        counts = Counter({name: 0 for name in labels})
-        none = 0
-        for vector in out[split]["labels"]:
-            none += not any(vector)
-            counts.update(name for name, v in zip(labels, vector, strict=True) if v)
-        ctx.log.info(
-            "%s labels: %s; %d row(s) with no label",
-            split,
-            ", ".join(f"{k} {v}" for k, v in counts.items()),
-            none,
-        )
-    ctx.manifest["text_column"] = opts.text_column
+    out = encode_splits(ctx, data, labels, multi_hot, counts)
     ctx.manifest["multi_label"] = True
-    for split in ("test", "validation", "train"):
-        if split in data and len(data[split]):
-            ctx.manifest["example"] = str(data[split][0][opts.text_column])
-            break
     return out
 
 

@@ -1,0 +1,47 @@
+"""Step 4's last part, the same for one label and for several: tokenize every split, turn its label
+cells into targets, keep what ``nlptasks eval`` names wrong rows by, and log the label counts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from nlptasks.plugin import ROW_COLUMN, RunContext, get_tokenizer
+
+
+def encode_splits(
+    ctx: RunContext, data: Any, labels: list[str], targets: Callable[[Any], Any], counts: Callable[[Any], str]
+) -> Any:
+    """Every split tokenized, its ``labels`` column ``targets(cell)`` for each label cell (a class id,
+    or a multi-hot vector); the rows and texts of the scored splits kept in ``ctx.side``;
+    ``counts(targets of a split)`` logged; the text column and an example recorded in the manifest."""
+    from datasets import DatasetDict
+
+    opts = ctx.options
+    corpus = (str(t) for t in data["train"][opts.text_column]) if "train" in data else None
+    tokenizer = get_tokenizer(ctx, corpus=corpus)
+    max_length = ctx.recipe.model.max_length
+    pad = "max_length" if ctx.recipe.train.padding == "max_length" else False
+
+    def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        enc = tokenizer([str(t) for t in batch[opts.text_column]], truncation=True, max_length=max_length, padding=pad)
+        enc["labels"] = [targets(v) for v in batch[opts.label_column]]
+        return dict(enc)
+
+    out = DatasetDict()
+    for split, ds in data.items():
+        if split != "train":
+            ctx.side[split] = {"rows": list(ds[ROW_COLUMN]), "texts": [str(t) for t in ds[opts.text_column]]}
+        out[split] = ds.map(encode, batched=True, remove_columns=ds.column_names, desc=f"tokenize {split}")
+        ctx.log.info("%s labels: %s", split, counts(out[split]["labels"]))
+    ctx.manifest["text_column"] = opts.text_column
+    ctx.manifest["example"] = first_text(data, opts.text_column)
+    return out
+
+
+def first_text(data: Any, column: str) -> str | None:
+    """The first text of test, else validation, else train: the example the run's messages show."""
+    for split in ("test", "validation", "train"):
+        if split in data and len(data[split]):
+            return str(data[split][0][column])
+    return None
