@@ -358,12 +358,7 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
 def nlptasks_build_model(ctx: RunContext) -> Any:
     assert ctx.labels is not None
     if ctx.options.multi_label:
-        return load_model(
-            ctx,
-            "AutoModelForSequenceClassification",
-            problem_type="multi_label_classification",
-            **label_config(ctx.labels),
-        )
+        return multilabel.build_model(ctx)
     return load_model(ctx, "AutoModelForSequenceClassification", **label_config(ctx.labels))
 
 
