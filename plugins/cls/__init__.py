@@ -82,7 +82,7 @@ class ClsOptions(BaseModel):
         min_length=1,
         description="With multi_label: what joins several labels in one cell (default '|': 'joy|fear').",
     )
-    threshold: Literal["per_label", "global"] | float | None = Field(
+    threshold: Literal["per_label", "global"] | Annotated[float, Field(gt=0, lt=1)] | None = Field(
         None,
         description="With multi_label: 'per_label' (default: each label's best-F1 threshold on validation, "
         "the global one for labels with fewer than 5 validation examples), 'global' (the best micro-F1 "
