@@ -190,6 +190,20 @@ PAIRS = [
 ]
 
 
+def crashed_copy(run_dir: Path, step: int, crashed: Path) -> Path:
+    """The folder ``kill -9`` leaves right after checkpoint-STEP of the complete run ``run_dir``: a copy
+    at ``crashed`` without the run's final files and without the later checkpoints (for ``--resume``)."""
+    import shutil
+
+    shutil.copytree(run_dir, crashed)
+    for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json", "README.md", "log_history.json"):
+        (crashed / name).unlink()
+    for checkpoint in (crashed / "checkpoints").glob("checkpoint-*"):
+        if int(checkpoint.name.split("-")[1]) > step:
+            shutil.rmtree(checkpoint)
+    return crashed
+
+
 def read_metrics(run_dir: Path) -> dict:
     return json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
 

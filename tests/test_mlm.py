@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import RECIPES, read_metrics, tiny_run
+from conftest import RECIPES, crashed_copy, read_metrics, tiny_run
 
 QUICKSTART = RECIPES / "mlm.toml"
 DEMO_TEXTS = RECIPES / "data" / "cls" / "train.csv"
@@ -238,12 +237,7 @@ def test_resume_replays_the_masks_of_the_uninterrupted_run(runs, tmp_path):
     steps = sorted(int(p.name.split("-")[1]) for p in (whole / "checkpoints").glob("checkpoint-*"))
     step = next(s for s in steps if s % 10)  # inside an epoch
     crashed = tmp_path / "mlm" / "r"
-    shutil.copytree(whole, crashed)
-    for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json", "README.md", "log_history.json"):
-        (crashed / name).unlink(missing_ok=True)
-    for checkpoint in (crashed / "checkpoints").glob("checkpoint-*"):
-        if int(checkpoint.name.split("-")[1]) > step:
-            shutil.rmtree(checkpoint)
+    crashed_copy(whole, step, crashed)
     code, _, err = run_cli(*whole.argv, "--resume", crashed)
     assert code == 0, err
     assert f"from checkpoint-{step}" in err

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import GOEMOTIONS, multilabel_recipe, read_metrics, tiny_run
+from conftest import GOEMOTIONS, crashed_copy, multilabel_recipe, read_metrics, tiny_run
 
 # -- the metrics --------------------------------------------------------------------------------------
 
@@ -368,7 +368,6 @@ def test_the_export_comparison_counts_label_sets_and_skips_other_shapes():
 
 
 def test_a_resumed_run_chooses_the_thresholds_of_the_uninterrupted_one(tmp_path):
-    import shutil
 
     from nlptasks.testing import run_cli
 
@@ -378,12 +377,7 @@ def test_a_resumed_run_chooses_the_thresholds_of_the_uninterrupted_one(tmp_path)
     steps = sorted(int(p.name.split("-")[1]) for p in (whole / "checkpoints").glob("checkpoint-*"))
     step = next(s for s in steps if s % 19)  # 19 steps an epoch (600 rows, batches of 32): inside one
     crashed = tmp_path / "crashed" / "cls" / "r"
-    shutil.copytree(whole, crashed)
-    for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json", "README.md", "log_history.json"):
-        (crashed / name).unlink(missing_ok=True)
-    for checkpoint in (crashed / "checkpoints").glob("checkpoint-*"):
-        if int(checkpoint.name.split("-")[1]) > step:
-            shutil.rmtree(checkpoint)
+    crashed_copy(whole, step, crashed)
     code, _, err = run_cli(*whole.argv, "--resume", crashed)
     assert code == 0, err
     assert f"from checkpoint-{step}" in err

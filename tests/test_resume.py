@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, TINY, communicate, read_metrics, tiny_run, wait_for
+from conftest import RECIPES, TINY, communicate, crashed_copy, read_metrics, tiny_run, wait_for
 
 CLS = RECIPES / "cls.toml"
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,17 +134,11 @@ def test_resume_in_any_epoch_replays_the_uninterrupted_run(uninterrupted, tmp_pa
     later checkpoints), resumed: the same training losses, step by step, the same best checkpoint
     and metrics, whether STEP is inside the first epoch (20), at an epoch's end (30, 60: an
     evaluation follows) or inside a later epoch (50, 80)."""
-    import shutil
 
     from nlptasks.testing import run_cli
 
     crashed = tmp_path / "cls" / "r"
-    shutil.copytree(uninterrupted, crashed)
-    for name in ("COMPLETE", "model.safetensors", "metrics.json", "nlptasks.json", "README.md", "log_history.json"):
-        (crashed / name).unlink()
-    for checkpoint in (crashed / "checkpoints").glob("checkpoint-*"):
-        if int(checkpoint.name.split("-")[1]) > step:
-            shutil.rmtree(checkpoint)
+    crashed_copy(uninterrupted, step, crashed)
     code, _, err = run_cli(*uninterrupted.argv, "--resume", crashed)  # the command of the run, resuming
     assert code == 0, err
     assert f"from checkpoint-{step}" in err

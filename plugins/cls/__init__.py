@@ -57,7 +57,7 @@ from nlptasks.plugin import (
 )
 
 from . import multilabel
-from .encoding import encode_splits
+from .encoding import check_labels, encode_splits
 
 
 class ClsOptions(BaseModel):
@@ -240,15 +240,8 @@ def _refuse_lists(ctx: RunContext, data: Any) -> None:
 
 
 def _check_labels(ctx: RunContext, split: str, ds: Any, known: set[str], origin: str) -> None:
-    for row, value in zip(ds[ROW_COLUMN], ds[ctx.options.label_column], strict=True):
-        label = label_text(value)
-        if label not in known:
-            raise DataError(
-                f"label {label!r} does not occur in {origin}; known labels: {', '.join(sort_labels(known))}",
-                path=ctx.sources.get(split, split),
-                row=row,
-                hint="Fix the row, or list every label in options.labels.",
-            )
+    labels = ([label_text(value)] for value in ds[ctx.options.label_column])
+    check_labels(ctx, split, ds[ROW_COLUMN], labels, sort_labels(known), origin)
 
 
 @hookimpl

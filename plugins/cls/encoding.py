@@ -1,12 +1,31 @@
-"""Step 4's last part, the same for one label and for several: tokenize every split, turn its label
-cells into targets, keep what ``nlptasks eval`` names wrong rows by, and log the label counts."""
+"""What step 4 does alike for one label and for several: refuse a label the run does not know,
+naming its row; tokenize every split, turn its label cells into targets, keep what ``nlptasks
+eval`` names wrong rows by, and log the label counts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from nlptasks.plugin import ROW_COLUMN, RunContext, get_tokenizer
+from nlptasks.plugin import ROW_COLUMN, DataError, RunContext, get_tokenizer
+
+
+def check_labels(
+    ctx: RunContext, split: str, rows: Iterable[int], labels: Iterable[list[str]], known: list[str], origin: str
+) -> None:
+    """Stop at the first row of ``split`` (file row numbers ``rows``, each row's ``labels``) with a
+    label outside ``known``, naming the file, the row, where the known labels come from (``origin``)
+    and, in ``known``'s order, what they are."""
+    allowed = set(known)
+    for row, row_labels in zip(rows, labels, strict=True):
+        unseen = [label for label in row_labels if label not in allowed]
+        if unseen:
+            raise DataError(
+                f"label {unseen[0]!r} does not occur in {origin}; known labels: {', '.join(known)}",
+                path=ctx.sources.get(split, split),
+                row=row,
+                hint="Fix the row, or list every label in options.labels.",
+            )
 
 
 def encode_splits(

@@ -43,7 +43,7 @@ from nlptasks.plugin import (
     sort_labels,
 )
 
-from .encoding import encode_splits
+from .encoding import check_labels, encode_splits
 
 MIN_SUPPORT = 5
 """Validation examples a label needs for a threshold of its own (else the global one)."""
@@ -153,19 +153,9 @@ def preprocess(ctx: RunContext, data: Any) -> Any:
                 path=ctx.sources.get("train"),
                 hint="Check options.label_column and options.separator (`nlptasks check RECIPE` shows the columns).",
             )
-    known = set(labels)
     for split, rows in parsed.items():
-        if split == "train" and opts.labels is None:
-            continue
-        for number, row_labels in zip(row_numbers(data[split]), rows, strict=True):
-            unseen = [x for x in row_labels if x not in known]
-            if unseen:
-                raise DataError(
-                    f"label {unseen[0]!r} does not occur in {origin}; known labels: {', '.join(labels)}",
-                    path=ctx.sources.get(split, split),
-                    row=number,
-                    hint="Fix the row, or list every label in options.labels.",
-                )
+        if split != "train" or opts.labels is not None:
+            check_labels(ctx, split, row_numbers(data[split]), rows, labels, origin)
     ctx.labels = labels
     return _encode(ctx, data, labels)
 
