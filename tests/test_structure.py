@@ -147,6 +147,18 @@ def test_every_name_imported_from_another_module_is_in_its_all(graph):
     assert bad == []
 
 
+def test_no_name_is_public_twice():
+    """A name listed twice in a module's ``__all__`` is a merge slip (nlptasks.plugin once listed
+    ``choose_thresholds`` and ``multilabel_report`` twice; docs/plugin-api.md is generated from it)."""
+    twice = {}
+    for path in [*(ROOT / "nlptasks").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        names = _public_names(path) or []
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            twice[str(path.relative_to(ROOT))] = repeated
+    assert twice == {}
+
+
 def test_every_module_says_what_is_public():
     missing = []
     for path in (ROOT / "nlptasks").rglob("*.py"):

@@ -76,8 +76,8 @@ def add_adapter(run_dir: Path, other_dir: Path, name: str) -> dict[str, Any]:
 
 
 def _base_identity(base: dict[str, Any]) -> Any:
-    if base["kind"] == "scratch":
-        return f"scratch weights sha256 {base['sha256'][:12]}"
+    if "path" in base:
+        return f"{base['kind']} weights sha256 {base['sha256'][:12]}"
     return f"{base['name_or_path']}@{base.get('revision') or 'main'}"
 
 

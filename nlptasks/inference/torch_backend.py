@@ -72,7 +72,7 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
     """The frozen base of an adapter run, as ``cls``."""
     base = info["base"]
     try:
-        if base["kind"] == "scratch":
+        if "path" in base:
             return cls.from_pretrained(run_dir / base["path"], use_safetensors=True)
         from transformers import AutoConfig
 
@@ -84,7 +84,7 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
             use_safetensors=None if base.get("allow_pickle") else True,  # as the recipe allowed at training
         )
     except OSError as exc:
-        where = run_dir / base["path"] if base["kind"] == "scratch" else base["name_or_path"]
+        where = run_dir / base["path"] if "path" in base else base["name_or_path"]
         first = first_line(exc)
         raise NlptasksError(
             f"{run_dir}: cannot load the run's frozen base from {where}: {first}",

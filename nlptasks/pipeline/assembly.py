@@ -50,12 +50,20 @@ def assemble(ctx: RunContext, hooks: Any, data: Any, progress: bool) -> Assembly
     """Steps 5 and 6 now, steps 7 to 8b in the returned ``build`` (see the module docstring)."""
     training = ctx.trained_run is None
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
+    # what exports and loaders rebuild, however step 5 made the model (load_model records it too)
+    ctx.manifest.setdefault("model_class", type(model).__name__)
     if training and (problems := model_problems(model, ctx.recipe)):  # what validate checks on a config at hand
         raise RecipeError("recipe", problems)
     model = prepare_model(ctx, model, training=training)  # [optimize]: attention (and freezing when training)
-    if training and is_main() and not ctx.state.get(ON_META):  # a few of step 4's examples, as the model takes them
+    examples = (
+        training and is_main() and not ctx.state.get(ON_META)
+    )  # a few of step 4's examples, as the model takes them
+    if examples:
         ctx.output_dir.mkdir(parents=True, exist_ok=True)
-        write_examples(ctx.output_dir / EXAMPLES_FILE, data, model, ctx.task.label_fields_for(ctx.options))
+        # none when step 4's columns are not the model's inputs: made again below from step 8a's collator
+        examples = not write_examples(
+            ctx.output_dir / EXAMPLES_FILE, data, model, ctx.task.label_fields_for(ctx.options)
+        )
     if training and ctx.recipe.peft is not None:  # the adapter goes on the model step 5 built
         model = apply_peft(ctx, model, data)
     compute_metrics = for_splits(ctx, hooks.nlptasks_metrics(ctx=ctx))  # 6, told which split it scores
@@ -71,6 +79,9 @@ def assemble(ctx: RunContext, hooks: Any, data: Any, progress: bool) -> Assembly
         args = hooks.nlptasks_training_arguments(ctx=ctx, kwargs=dict(kwargs))  # 7
         if not collators:
             collators.append(hooks.nlptasks_data_collator(ctx=ctx))  # 8
+            if examples:
+                labels = ctx.task.label_fields_for(ctx.options)
+                write_examples(ctx.output_dir / EXAMPLES_FILE, data, model, labels, collator=collators[0])
         trainer = hooks.nlptasks_trainer(  # 8b
             ctx=ctx, model=model, args=args, data=data, data_collator=collators[0], compute_metrics=compute_metrics
         )

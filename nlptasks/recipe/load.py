@@ -354,7 +354,15 @@ def _missing_files(recipe: Recipe) -> list[Problem]:
             problems.append(Problem(key, f"{value} is not a regular file (a device, a pipe or a socket)"))
     name = recipe.model.name_or_path
     if name and Path(name).is_absolute() and not Path(name).exists():
-        problems.append(Problem("model.name_or_path", f"folder not found: {name}"))
+        folder = Path(name)
+        run = folder.parent.parent.name == recipe.output.dir.rstrip("/").rsplit("/", 1)[-1]
+        more = (
+            f" (a run folder <output.dir>/{folder.parent.name}/{folder.name}: train it first, with "
+            f"--set output.run_name={folder.name})"
+            if run
+            else ""
+        )
+        problems.append(Problem("model.name_or_path", f"folder not found: {name}{more}"))
     return problems
 
 

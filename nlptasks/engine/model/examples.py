@@ -51,9 +51,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def example_rows(data: Any, model: Any, label_fields: Any = (), rows: int = ROWS) -> dict[str, Any]:
+def example_rows(
+    data: Any, model: Any, label_fields: Any = (), rows: int = ROWS, collator: Any = None
+) -> dict[str, Any]:
     """``{"split", "inputs"}``: up to ``rows`` examples of validation (else train) as model calls
-    (see the module docstring)."""
+    (see the module docstring).  A task whose step 4 columns are not the model's inputs (``dpo``:
+    ``prompt_ids``, ``chosen_ids``, ``rejected_ids``, which its collator joins into two sequences)
+    is read through its ``collator``: each example collated alone, every row of that batch one
+    model call."""
     split = "validation" if "validation" in data and len(data["validation"]) else "train"
     ds = data[split]
     columns = set(ds.column_names)
@@ -74,7 +79,26 @@ def example_rows(data: Any, model: Any, label_fields: Any = (), rows: int = ROWS
             if not suffix and "decoder_input_ids" in takes and "decoder_input_ids" not in columns:
                 made.update(_decoder_inputs(model, row, label_fields))
             inputs.append(made)
+    if not inputs and collator is not None:
+        inputs = _collated(ds, collator, takes, rows)
     return {"split": split, "inputs": inputs}
+
+
+def _collated(ds: Any, collator: Any, takes: set[str], rows: int) -> list[dict[str, Any]]:
+    """Examples made by the task's collator, one model call per row of each one-example batch;
+    ``[]`` when the collator gives no ``input_ids`` the model takes, or fails on a lone example."""
+    inputs = []
+    for i in range(min(rows, len(ds))):
+        example = {k: v for k, v in ds[i].items() if not k.startswith("__")}  # the engine's own columns
+        try:
+            batch = collator([example])
+        except Exception:  # noqa: BLE001 - a collator that needs company: no stored examples, as before
+            return []
+        names = [n for n in batch if n in takes]
+        if "input_ids" not in names:
+            return []
+        inputs += [{n: _plain(batch[n][j]) for n in names} for j in range(len(batch["input_ids"]))]
+    return inputs
 
 
 def _decoder_inputs(model: Any, row: dict[str, Any], label_fields: Any) -> dict[str, Any]:
@@ -93,9 +117,11 @@ def _decoder_inputs(model: Any, row: dict[str, Any], label_fields: Any) -> dict[
     return {"decoder_input_ids": _plain(prepare(labels=torch.tensor([row[target]]))[0])}
 
 
-def write_examples(path: Path, data: Any, model: Any, label_fields: Any = ()) -> None:
-    """Store :func:`example_rows` as JSON at ``path``."""
-    path.write_text(json.dumps(example_rows(data, model, label_fields)) + "\n", encoding="utf-8")
+def write_examples(path: Path, data: Any, model: Any, label_fields: Any = (), collator: Any = None) -> int:
+    """Store :func:`example_rows` as JSON at ``path``; the number of examples stored."""
+    found = example_rows(data, model, label_fields, collator=collator)
+    path.write_text(json.dumps(found) + "\n", encoding="utf-8")
+    return len(found["inputs"])
 
 
 def read_examples(run_dir: Path, name: str | None = None) -> list[dict[str, Any]]:

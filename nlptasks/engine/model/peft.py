@@ -9,6 +9,8 @@ declare only their peft task type (``TaskSpec.peft_task_type``).  An adapter run
     base/                                             the frozen base: config.json (head settings),
                                                       plus model.safetensors when it was built from
                                                       scratch (random weights nobody could rebuild)
+                                                      or from a run that holds an adapter (kind
+                                                      "saved": its base and adapter, merged)
     adapters/NAME/                                    further adapters on the same base (add-adapter)
     examples.json                                     a few tokenized examples (every run), to verify
                                                       `nlptasks export --merge`
@@ -41,6 +43,7 @@ __all__ = [
     "DEFAULT_ADAPTER",
     "apply_peft",
     "file_sha256",
+    "holds_adapter",
     "parameter_line",
     "pass_every_input",
     "peft_config",
@@ -163,6 +166,20 @@ def prefix_problem(model: Any, task_type: str) -> str | None:
     )
 
 
+def holds_adapter(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` is a run folder of ours that holds an adapter (``nlptasks.json``
+    with a ``peft`` entry): a step 5 that starts from such a run builds its model from the base and
+    the adapter (merged), which ``from_pretrained(name_or_path)`` alone would not give back, so an
+    adapter trained on it saves that base in its own run (``base/``, kind ``saved``)."""
+    import json
+
+    manifest = Path(name_or_path) / "nlptasks.json"
+    try:
+        return manifest.is_file() and bool(json.loads(manifest.read_text(encoding="utf-8")).get("peft"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     """Wrap step 5's ``model`` with the recipe's ``[peft]`` method; save what loading needs.
 
@@ -195,14 +212,17 @@ def apply_peft(ctx: RunContext, model: Any, data: Any) -> Any:
     from nlptasks.engine.system.distributed import is_main
 
     main = is_main()  # in a distributed run only rank 0 writes the run folder
-    if model_cfg.name_or_path is None:
+    rebuilt = model_cfg.name_or_path is not None and holds_adapter(model_cfg.name_or_path)
+    if model_cfg.name_or_path is None or rebuilt:
         if main:
             model.save_pretrained(str(base_dir))
         base: dict[str, Any] = {
-            "kind": "scratch",
+            "kind": "saved" if rebuilt else "scratch",
             "path": BASE_DIR,
             "sha256": file_sha256(base_dir / "model.safetensors") if main else None,
         }
+        if rebuilt:  # from_pretrained(name_or_path) would not give the base these weights were built on
+            base["from"] = model_cfg.name_or_path
     else:
         if main:
             model.config.save_pretrained(str(base_dir))

@@ -250,7 +250,7 @@ def _loading(manifest: dict[str, Any], usage: Usage) -> list[str]:
         ]
         return lines
     base = peft.get("base", {})
-    if base.get("kind") == "scratch":
+    if "path" in base:
         load_base = [f'base = {cls}.from_pretrained("RUN_DIR/{base.get("path", "base")}")']
     else:
         load_base = [
