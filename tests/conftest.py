@@ -27,7 +27,7 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ["NLPTASKS_PLUGINS"] = "cls,ner,pair,sft,mlm"  # subprocesses: our built-ins, nothing else installed
+os.environ["NLPTASKS_PLUGINS"] = "cls,ner,pair,sft,mlm,dpo"  # subprocesses: our built-ins, nothing else installed
 os.environ.pop("NLPTASKS_BLOCK_PLUGINS", None)
 
 

@@ -37,13 +37,14 @@ SCRIPTS = _docs.benchmark_scripts()
 def test_benchmarks_and_peers_are_told_apart():
     names = {p.stem for p in SCRIPTS}
     assert {"cold_start", "infer_speed", "cls_overhead", "ner_overhead", "padding", "sft_packing", "ladder"} <= names
-    assert not names & {"plain_cls", "ner_plain", "plain_st", "trl_sft", "plain_multilabel", "_docs"}
+    assert not names & {"plain_cls", "ner_plain", "plain_st", "trl_sft", "trl_dpo", "plain_multilabel", "_docs"}
     peers = {p.name: _docs.peer_of(p) for p in (ROOT / "benchmarks").glob("[!_]*.py") if _docs.peer_of(p)}
     assert peers == {
         "plain_cls.py": "cls_overhead.py",
         "ner_plain.py": "ner_overhead.py",
         "plain_st.py": "pair_st.py",
         "trl_sft.py": "sft_trl.py",
+        "trl_dpo.py": "dpo_trl.py",
         "plain_multilabel.py": "multilabel.py",
     }
     for peer in peers.values():

@@ -182,10 +182,27 @@ def recipe_sets(recipe: str) -> list[str]:
     return [f"model.name_or_path={folder}"] if folder else []
 
 
+START = re.compile(r"^# Starts from:\s+nlptasks run (\S+\.toml)((?:\s+--set\s+\S+)*)\s*$", re.MULTILINE)
+"""A recipe that starts from another recipe's run (``dpo`` from the sft quickstart) says so in its
+header: ``# Starts from:    nlptasks run recipes/sft.toml --set output.run_name=quickstart``."""
+
+
+def start_of(recipe: str) -> tuple[str, list[str]] | None:
+    """``(the start recipe, its --set overrides)`` of a recipe with a ``# Starts from:`` line."""
+    found = START.search((ROOT / recipe).read_text(encoding="utf-8"))
+    if not found:
+        return None
+    return found.group(1), re.findall(r"--set\s+(\S+)", found.group(2))
+
+
 def why_not_here(recipe: str) -> str:
     """Why a recipe cannot run on this machine (its model or data are not here), or ``""``."""
     if recipe.startswith("docs/plugin-tutorial/"):
         return "a tutorial plugin's recipe (its task is not built in): the tutorial's own tests train it"
+    start = start_of(recipe)
+    if start is not None:
+        reason = why_not_here(start[0])
+        return f"its start {start[0]}: {reason}" if reason else ""
     text = (ROOT / recipe).read_text(encoding="utf-8")
     raw = tomllib.loads(text)
     block = re.search(r"^# Benchmark:.*docs/benchmarks\.md, block (\w+)", text, re.MULTILINE)
@@ -223,14 +240,25 @@ def run_once(recipe: str, seed: int, sets: list[str], workdir: Path) -> tuple[di
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
     }
+    started = time.perf_counter()
+    start = start_of(recipe)
+    if start is not None:  # its start first, as the header says (at the start recipe's own seed)
+        first, first_sets = start
+        argv = [sys.executable, "-m", "nlptasks", "run", str(ROOT / first), "--no-progress"]
+        for s in [*recipe_sets(first), *first_sets, f"output.dir={workdir / 'start'}"]:
+            argv += ["--set", s]
+        done = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise SystemExit(f"{recipe}: its start {first} failed:\n{done.stderr[-3000:]}")
+        folder = next(p.parent for p in (workdir / "start").glob("*/*/nlptasks.json"))
+        sets = [*sets, f"model.name_or_path={folder}"]
     argv = [sys.executable, "-m", "nlptasks", "run", str(ROOT / recipe), "--no-progress"]
     for s in [*sets, f"seed={seed}", f"output.dir={workdir}", f"output.run_name=seed{seed}"]:
         argv += ["--set", s]
-    started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{recipe} (seed {seed}) failed:\n{done.stderr[-3000:]}")
-    run_dir = next(workdir.glob(f"*/seed{seed}"))
+    run_dir = next(p for p in workdir.glob(f"*/seed{seed}") if p.parent.name != "start")
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     return metrics, manifest, time.perf_counter() - started
@@ -262,7 +290,7 @@ def main_metric(recipe: str) -> tuple[str, bool]:
     sys.path.insert(0, str(ROOT))
     from nlptasks.pipeline import load_recipe
 
-    loaded = load_recipe(ROOT / recipe, recipe_sets(recipe))
+    loaded = load_recipe(ROOT / recipe, recipe_sets(recipe), check_files=False)  # a start is made by run_once
     best = loaded.recipe.train.best_metric or loaded.task.best_metric_for(loaded.options)
     greater = (
         loaded.task.greater_is_better
