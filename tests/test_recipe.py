@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -43,10 +44,21 @@ def test_there_are_recipes():
     } <= names
 
 
+def starts_from(path: Path) -> Path | None:
+    """The recipe whose run ``path`` starts from (its ``# Starts from: nlptasks run RECIPE`` header
+    line, as tools/figures.py reads it), or ``None``."""
+    found = re.search(r"^# Starts from:\s+nlptasks run (\S+\.toml)", path.read_text(encoding="utf-8"), re.MULTILINE)
+    return RECIPES.parent / found.group(1) if found else None
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.relative_to(RECIPES).as_posix())
 def test_shipped_recipe_validates(path):
-    loaded = load_recipe(path)
+    start = starts_from(path)  # its model is a run that its header's command makes first
+    loaded = load_recipe(path, check_files=start is None)
     assert loaded.task.name == loaded.recipe.task
+    if start is not None:
+        task = load_recipe(start).recipe.task  # the start's own recipe validates, and names the run's task
+        assert f"/runs/{task}/" in loaded.recipe.model.name_or_path
 
 
 @pytest.mark.parametrize(
@@ -67,7 +79,7 @@ def test_a_runs_resolved_recipe_validates_again_as_the_same_recipe(path, sets):
     """``recipe.toml`` in a run folder (what `nlptasks run recipe.toml` and `nlptasks eval` read)
     loads as it was written: every default spelt out, only the keys of the peft method."""
     try:
-        loaded = load_recipe(path, sets)
+        loaded = load_recipe(path, sets, check_files=starts_from(path) is None)
     except RecipeError:
         pytest.skip("this task refuses the method")
     again = load_recipe(None, raw=tomllib.loads(dump_toml(loaded.resolved())), check_files=False)

@@ -17,7 +17,7 @@ pairs, from jsonl/json files or a hub dataset.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,7 +80,7 @@ class DpoOptions(BaseModel):
         description="TRL's DPO loss: 'sigmoid' (DPO), 'ipo', 'hinge', 'robust', ... or a list combined with "
         "options.loss_weights (e.g. ['sigmoid', 'sft'] adds the chosen answers' language-model loss).",
     )
-    loss_weights: list[float] | None = Field(
+    loss_weights: list[Annotated[float, Field(ge=0, le=1000)]] | None = Field(
         None, description="Weights of the loss types of a list (default: 1 each); as many as loss types."
     )
     label_smoothing: float = Field(
