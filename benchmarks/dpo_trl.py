@@ -309,7 +309,7 @@ def goal_met(f: dict) -> bool:
 
 def intro(f: dict, args: argparse.Namespace) -> str:
     pairs = f"the first {args.train_rows}" if args.train_rows else "all"
-    busy = f" {f['compete']} CPU-bound job(s) ran beside every side." if f.get("compete") else ""
+    busy = f" {f['compete']} CPU-bound job(s) ran beside every side;" if f.get("compete") else ""
     return (
         f"{f['threads']} torch threads on every side;{busy} the start: a qwen2-style decoder (2 layers, hidden 256) and a "
         f"byte-level BPE vocabulary of 4,000 tokens built from `{args.sft_dir.name}`'s training rows, trained on them "

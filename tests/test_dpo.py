@@ -73,6 +73,9 @@ def test_eval_gives_back_the_runs_test_figures_and_lists_the_pairs_ranked_wrong(
     errors = [json.loads(line) for line in (out / "errors.jsonl").read_text(encoding="utf-8").splitlines()]
     assert len(errors) == round((1 - got["reward_accuracy"]) * 48)
     assert all(e["margin"] <= 0 and e["row"] >= 1 and e["chosen"] != e["rejected"] for e in errors)
+    code, shown, err = cli("compare", dpo, dpo.parent.parent / "sft" / "quickstart")  # beside its sft start
+    assert code == 0, err
+    assert "| test reward_accuracy | " in shown and "| task | `dpo` | `sft` |" in shown
 
 
 def test_the_run_loads_in_plain_transformers_and_peft_and_merges(cli, dpo, tmp_path):
