@@ -175,7 +175,7 @@ def test_figures(start: Path, adapter: Path | None, pairs: list[dict], max_lengt
 
     from plugins.dpo import DpoOptions
     from plugins.dpo.data import to_pair
-    from plugins.dpo.pairs import _tokenize_pair
+    from plugins.dpo.pairs import tokenize_pair
 
     tokenizer = AutoTokenizer.from_pretrained(start)
     reference = AutoModelForCausalLM.from_pretrained(start).eval()
@@ -193,7 +193,7 @@ def test_figures(start: Path, adapter: Path | None, pairs: list[dict], max_lengt
     losses, right, margins, ranked = [], 0, [], 0
     for row in pairs:
         prompt, chosen, rejected = to_pair(row, "conversational", opts)
-        prompt_ids, chosen_ids, rejected_ids = _tokenize_pair(tokenizer, prompt, (chosen, rejected))
+        prompt_ids, chosen_ids, rejected_ids = tokenize_pair(tokenizer, prompt, (chosen, rejected))
         room = max_length - len(prompt_ids)
         if room < 1:
             continue

@@ -230,9 +230,9 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def run_once(recipe: str, seed: int, sets: list[str], workdir: Path) -> tuple[dict[str, Any], dict[str, Any], float]:
-    """Train ``recipe`` at ``seed`` in a fresh process pinned to one thread: ``(metrics, manifest, seconds)``."""
-    env = {
+def _env() -> dict[str, str]:
+    """A recipe's run: one thread, offline."""
+    return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
@@ -240,25 +240,34 @@ def run_once(recipe: str, seed: int, sets: list[str], workdir: Path) -> tuple[di
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
     }
-    started = time.perf_counter()
+
+
+def make_start(recipe: str, workdir: Path) -> list[str]:
+    """Train the start a recipe's ``# Starts from:`` header names (at the start recipe's own seed)
+    into ``workdir``; the ``--set`` that points the recipe at it (``[]`` for a recipe without one)."""
     start = start_of(recipe)
-    if start is not None:  # its start first, as the header says (at the start recipe's own seed)
-        first, first_sets = start
-        argv = [sys.executable, "-m", "nlptasks", "run", str(ROOT / first), "--no-progress"]
-        for s in [*recipe_sets(first), *first_sets, f"output.dir={workdir / 'start'}"]:
-            argv += ["--set", s]
-        done = subprocess.run(argv, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            raise SystemExit(f"{recipe}: its start {first} failed:\n{done.stderr[-3000:]}")
-        folder = next(p.parent for p in (workdir / "start").glob("*/*/nlptasks.json"))
-        sets = [*sets, f"model.name_or_path={folder}"]
+    if start is None:
+        return []
+    first, first_sets = start
+    argv = [sys.executable, "-m", "nlptasks", "run", str(ROOT / first), "--no-progress"]
+    for s in [*recipe_sets(first), *first_sets, f"output.dir={workdir}"]:
+        argv += ["--set", s]
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env())
+    if done.returncode != 0:
+        raise SystemExit(f"{recipe}: its start {first} failed:\n{done.stderr[-3000:]}")
+    return [f"model.name_or_path={next(p.parent for p in workdir.glob('*/*/nlptasks.json'))}"]
+
+
+def run_once(recipe: str, seed: int, sets: list[str], workdir: Path) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """Train ``recipe`` at ``seed`` in a fresh process pinned to one thread: ``(metrics, manifest, seconds)``."""
     argv = [sys.executable, "-m", "nlptasks", "run", str(ROOT / recipe), "--no-progress"]
     for s in [*sets, f"seed={seed}", f"output.dir={workdir}", f"output.run_name=seed{seed}"]:
         argv += ["--set", s]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, env=_env())
     if done.returncode != 0:
         raise SystemExit(f"{recipe} (seed {seed}) failed:\n{done.stderr[-3000:]}")
-    run_dir = next(p for p in workdir.glob(f"*/seed{seed}") if p.parent.name != "start")
+    run_dir = next(workdir.glob(f"*/seed{seed}"))
     metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
     manifest = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))
     return metrics, manifest, time.perf_counter() - started
@@ -269,15 +278,25 @@ def run_many(
 ) -> dict[tuple[str, int], Any]:
     """Run ``(recipe, seed, sets)`` jobs, as many at once as the machine has cores (each is pinned to
     one thread, so its figure does not depend on what runs beside it): ``(recipe, seed)`` ->
-    ``(metrics, manifest, seconds)``, or the exception that job ended with."""
+    ``(metrics, manifest, seconds)``, or the exception that job ended with.  A recipe's start (its
+    ``# Starts from:`` run) is trained once, before, for all its seeds."""
     from concurrent.futures import ThreadPoolExecutor
+
+    starts: dict[str, Any] = {}
+    for recipe in dict.fromkeys(r for r, _, _ in jobs):
+        try:
+            starts[recipe] = make_start(recipe, workdir / "start" / f"{len(recipe)}-{abs(hash(recipe))}")
+        except BaseException as error:  # noqa: BLE001 - reported for each of its jobs
+            starts[recipe] = error
 
     def one(job: tuple[str, int, list[str]]) -> Any:
         recipe, seed, sets = job
+        if isinstance(starts[recipe], BaseException):
+            return starts[recipe]
         folder = workdir / f"{len(recipe)}-{abs(hash(recipe))}-{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            return run_once(recipe, seed, sets, folder)
+            return run_once(recipe, seed, [*sets, *starts[recipe]], folder)
         except BaseException as error:  # noqa: BLE001 - reported per job
             return error
 
@@ -290,7 +309,7 @@ def main_metric(recipe: str) -> tuple[str, bool]:
     sys.path.insert(0, str(ROOT))
     from nlptasks.pipeline import load_recipe
 
-    loaded = load_recipe(ROOT / recipe, recipe_sets(recipe), check_files=False)  # a start is made by run_once
+    loaded = load_recipe(ROOT / recipe, recipe_sets(recipe), check_files=False)  # a start is made by make_start
     best = loaded.recipe.train.best_metric or loaded.task.best_metric_for(loaded.options)
     greater = (
         loaded.task.greater_is_better

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from make_sft_demo_data import ENDINGS, HOTELS, INTENTS, OPENERS  # noqa: E402
+from make_sft_demo_data import ENDINGS, HOTELS, INTENTS, OPENERS, write_splits  # noqa: E402
 
 CLOSING = "前台二十四小时有人。"
 
@@ -61,17 +61,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("recipes/data/dpo"))
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    unique = {json.dumps(r["prompt"], ensure_ascii=False): r for r in pairs(rng)}
-    items = list(unique.values())
-    rng.shuffle(items)
-    n = len(items)
-    splits = {"validation": items[: n // 10], "test": items[n // 10 : n // 5], "train": items[n // 5 :]}
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, part in splits.items():
-        with open(args.out / f"{name}.jsonl", "w", encoding="utf-8") as f:
-            for r in part:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        print(f"{args.out / name}.jsonl: {len(part)} pairs")
+    unique = {json.dumps(r["prompt"], ensure_ascii=False): r for r in pairs(rng)}  # no prompt in two splits
+    write_splits(list(unique.values()), rng, args.out, "pairs")
 
 
 if __name__ == "__main__":

@@ -147,16 +147,21 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     unique = {json.dumps(r, ensure_ascii=False, sort_keys=True): r for r in rows(rng)}
-    items = list(unique.values())
+    write_splits(list(unique.values()), rng, args.out, "rows")
+
+
+def write_splits(items: list[dict], rng: random.Random, out: Path, noun: str) -> None:
+    """Shuffle ``items`` with ``rng`` and write 10% to validation.jsonl, 10% to test.jsonl and the
+    rest to train.jsonl under ``out`` (tools/make_dpo_demo_data.py splits its pairs the same way)."""
     rng.shuffle(items)
     n = len(items)
     splits = {"validation": items[: n // 10], "test": items[n // 10 : n // 5], "train": items[n // 5 :]}
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     for name, part in splits.items():
-        with open(args.out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for r in part:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        print(f"{args.out / name}.jsonl: {len(part)} rows")
+        print(f"{out / name}.jsonl: {len(part)} {noun}")
 
 
 if __name__ == "__main__":

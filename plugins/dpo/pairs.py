@@ -11,32 +11,26 @@ from nlptasks.plugin import ROW_COLUMN, DataError, Finding, Problem, RecipeError
 
 from .start import start_manifest
 
-__all__ = ["check_pairs", "tokenize_pairs"]
+__all__ = ["check_pairs", "tokenize_pair", "tokenize_pairs"]
 
 
 def _template(ctx: RunContext, tokenizer: Any) -> tuple[Any, list[int], str | None]:
-    """The chat template (set on the tokenizer), the stop token ids and the system prompt."""
-    from nlptasks_plugins.sft.templates import BUILTIN, STOP_TOKENS, Template, choose_template, stop_token_ids
+    """The chat template (set on the tokenizer), the stop token ids and the system prompt: those of
+    the starting run (or, for ``nlptasks eval``, of the run itself) unless the options name others."""
+    from nlptasks_plugins.sft.templates import choose_template, stop_token_ids
 
     opts = ctx.options
     start = start_manifest(ctx.recipe.model.name_or_path) if ctx.trained_run is None else ctx.trained_manifest
-    name, system = opts.template, opts.system
+    name, system, stops = opts.template, opts.system, None
     if start is not None:
         system = system if system is not None else start.get("system")
         if name == "auto" and start.get("template"):
-            name = start["template"]
-            if name in BUILTIN:
-                tokenizer.chat_template = BUILTIN[name]
-                stops = stop_token_ids(tokenizer, STOP_TOKENS[name])
-                return Template(name, BUILTIN[name], tuple(STOP_TOKENS[name])), stops, system
-            stops_named = start.get("stop_tokens") or []
-            template = choose_template("tokenizer", tokenizer, scratch=False)
-            return template, stop_token_ids(tokenizer, stops_named), system
+            name, stops = start["template"], start.get("stop_tokens")
     template = choose_template(name, tokenizer, scratch=False)
-    return template, stop_token_ids(tokenizer, template.stop_tokens), system
+    return template, stop_token_ids(tokenizer, stops or template.stop_tokens), system
 
 
-def _tokenize_pair(tokenizer: Any, prompt: list[dict[str, str]], answers: tuple[str, str]) -> tuple[list[int], ...]:
+def tokenize_pair(tokenizer: Any, prompt: list[dict[str, str]], answers: tuple[str, str]) -> tuple[list[int], ...]:
     """``prompt_ids`` (the prompt as inference renders it, generation prompt included) and each
     answer's ids: what the template adds after the prompt (the answer and its end-of-turn marker)."""
     from nlptasks_plugins.sft.templates import render
@@ -93,7 +87,7 @@ def tokenize_pairs(ctx: RunContext, data: Any) -> Any:
         for row_number, row in zip(rows, ds, strict=True):
             try:
                 prompt, chosen, rejected = to_pair(row, shape, opts)
-                prompt_ids, chosen_ids, rejected_ids = _tokenize_pair(tokenizer, prompt, (chosen, rejected))
+                prompt_ids, chosen_ids, rejected_ids = tokenize_pair(tokenizer, prompt, (chosen, rejected))
             except (RowProblem, ValueError) as exc:
                 if opts.bad_rows == "error":
                     raise DataError(
