@@ -207,6 +207,12 @@ def write_results(
         "",
     ]
     notes = []
+    running = sum(r.state == "running" for r in rows)
+    if running:  # another process (machine) is still in a trial: these results are not its last
+        notes.append(
+            f"{running} trial(s) still running in another process: the last process to end writes the "
+            "complete results (or run the same command again then)"
+        )
     for name in (BEST_TOML, BEST_LINK):
         path = study_dir / name
         if path.is_symlink() or path.exists():

@@ -4,13 +4,16 @@ The study lives in a database (an SQLite file ``study.db`` in the study folder b
 URL Optuna's ``RDBStorage`` takes, e.g. PostgreSQL): every process that runs ``nlptasks tune`` on
 the same storage and study name works on the same study, on one machine or many.  ``trials`` is
 the study's total of finished trials (complete, pruned, failed); each process starts trials until
-the study has them (finished plus running), so running the command again finishes what is missing.
+the study has them (finished plus running), then waits while the last ones run in other processes
+(taking over one whose process dies), so every process ends with the study complete; running the
+command again finishes what is missing.
 
 A trial whose process was killed stays ``RUNNING`` in the database: before counting, each process
 fails the trials whose owner is dead (:mod:`~nlptasks.tune.owners`: the process gone on this
 machine, a silent heartbeat, no owner recorded); their values are queued again and they do not
-count.  The sampler is seeded from ``tune.seed``, the worker index and the number of trials the
-study already has, so a resumed study does not draw its first values again.  On one machine a lock file in the study folder makes "count, then ask for a
+count.  Before each trial the sampler is seeded from ``tune.seed``, the worker index and the number
+of trials the study has, so a resumed study does not draw its first values again and processes
+on several machines running the same command do not draw the same ones.  On one machine a lock file in the study folder makes "count, then ask for a
 trial" one step, so two processes never start more trials than the study needs.
 """
 
@@ -42,9 +45,12 @@ from nlptasks.tune.trial import TrialSetup, run_trial, trial_overrides
 __all__ = [
     "HEARTBEAT_GRACE",
     "HEARTBEAT_INTERVAL",
+    "WAIT_POLL",
     "TuneResult",
+    "database_url",
     "open_study",
     "sampler_for",
+    "seed_of",
     "storage_for",
     "study_dir_for",
     "tune",
@@ -71,10 +77,38 @@ def study_dir_for(loaded: LoadedRecipe, name: str) -> Path:
     return runs_base(loaded) / f"tune-{name}"
 
 
+WAIT_POLL = 2.0
+"""Seconds between looks at the study while its last trials run in other processes."""
+_SCHEMA_ATTEMPTS = 5
+"""How often :func:`storage_for` tries when creating Optuna's tables collides with another process."""
+_POSTGRES_DRIVERS = ("psycopg", "psycopg2")
+"""PostgreSQL drivers for SQLAlchemy, in order of preference: psycopg 3 (SQLAlchemy 2.1's default
+for ``postgresql://``) and psycopg2 (its default before 2.1)."""
+
+
+def database_url(url: str) -> str:
+    """``url`` with a PostgreSQL driver that is installed: a plain ``postgresql://`` URL means
+    whichever SQLAlchemy version's default driver, which may not be the one installed (2.1 moved
+    the default from psycopg2 to psycopg 3); a URL that names its driver is left as it is."""
+    import importlib.util
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("postgresql", "postgres"):
+        return url
+    for driver in _POSTGRES_DRIVERS:
+        if importlib.util.find_spec(driver) is not None:
+            return f"postgresql+{driver}://{rest}"
+    raise NlptasksError(
+        f"--storage {url}: no PostgreSQL driver is installed",
+        hint='Install one: pip install "nlptasks[tune-postgres]" (psycopg 3), or pip install psycopg2-binary.',
+    )
+
+
 def storage_for(url: str) -> Any:
     """Optuna's ``RDBStorage`` on ``url``, with heartbeats; a trial whose heartbeat stops is failed
     and its values queued again (:func:`~nlptasks.tune.owners.requeue`); SQLite waits up to a
-    minute for a lock."""
+    minute for a lock.  Processes that start together on a new database race to create Optuna's
+    tables (PostgreSQL: a duplicate-key error for the loser): the loser tries again and finds them."""
     import optuna
 
     params = inspect.signature(optuna.storages.RDBStorage).parameters
@@ -82,22 +116,27 @@ def storage_for(url: str) -> Any:
         "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in params else "failed_trial_callback"
     )
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: "experimental"
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=HEARTBEAT_INTERVAL,
-                grace_period=HEARTBEAT_GRACE,
-                **{callback_key: requeue},
-            )
-    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL, a missing driver, no server
-        raise NlptasksError(
-            f"--storage {url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            hint="Give a database URL SQLAlchemy takes, e.g. sqlite:///study.db or "
-            "postgresql://user:password@host/db (needs psycopg2); see docs/tune.md.",
-        ) from None
+    for attempt in range(_SCHEMA_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: "experimental"
+                return optuna.storages.RDBStorage(
+                    database_url(url),
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=HEARTBEAT_INTERVAL,
+                    grace_period=HEARTBEAT_GRACE,
+                    **{callback_key: requeue},
+                )
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors: a bad URL, a missing driver, no server
+            if type(exc).__name__ in ("IntegrityError", "ProgrammingError") and attempt + 1 < _SCHEMA_ATTEMPTS:
+                time.sleep(0.5 * (attempt + 1))  # another process is creating the tables: use them
+                continue
+            raise NlptasksError(
+                f"--storage {url}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                hint="Give a database URL SQLAlchemy takes, e.g. sqlite:///study.db or "
+                'postgresql://user:password@host/db (pip install "nlptasks[tune-postgres]"); see docs/tune.md.',
+            ) from None
+    raise AssertionError("unreachable")
 
 
 def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int = 0) -> tuple[Any, str, bool]:
@@ -107,7 +146,7 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
     tune = loaded.recipe.tune
     assert tune is not None
     metric, greater = objective_of(loaded.recipe, loaded.task, loaded.options)
-    seed = (tune.seed if tune.seed is not None else loaded.recipe.seed) + worker_index
+    seed = seed_of(loaded, worker_index)
     pruner = {
         "median": optuna.pruners.MedianPruner,
         "halving": optuna.pruners.SuccessiveHalvingPruner,
@@ -127,6 +166,13 @@ def open_study(loaded: LoadedRecipe, storage: Any, name: str, worker_index: int 
     if "objective" not in study.user_attrs:
         study.set_user_attr("objective", metric)
     return study, metric, greater
+
+
+def seed_of(loaded: LoadedRecipe, worker_index: int = 0) -> int:
+    """The sampler seed of worker ``worker_index``: ``tune.seed`` (default: the recipe's seed) plus the index."""
+    tune = loaded.recipe.tune
+    assert tune is not None
+    return (tune.seed if tune.seed is not None else loaded.recipe.seed) + worker_index
 
 
 def sampler_for(kind: str, seed: int, existing: int) -> Any:
@@ -324,13 +370,26 @@ def tune(
     deadline = time.monotonic() + limit if limit is not None else None
     progress = _progress(total, metric, greater, log)
     try:
+        waiting = False
         while deadline is None or time.monotonic() < deadline:
             with _lock(study_dir / ".lock") as release:
                 holder.append(release)
                 fail_dead(the_study, rdb, locked, log)
                 finished, running = _counts(the_study)
-                if finished + running >= total:
+                if finished >= total:
                     break
+                if finished + running >= total:  # the rest runs in other processes: wait for them, and
+                    if not waiting:  # take over a trial whose process dies meanwhile
+                        log(f"study {name}: waiting for {running} trial(s) running in other processes")
+                    waiting = True
+                    release()
+                    time.sleep(WAIT_POLL)
+                    continue
+                # seeded again from the trials the study has now (queued ones not counted: the count
+                # grows by one with each trial asked for), so processes on other machines running
+                # the same command (same seed) do not draw the same values
+                existing = sum(t.state.name != "WAITING" for t in the_study.get_trials(deepcopy=False))
+                the_study.sampler = sampler_for(tune_table.sampler, seed_of(loaded, worker_index), existing)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     the_study.optimize(
