@@ -289,38 +289,6 @@ def test_two_nodes_train_exactly_as_two_processes_on_one(tmp_path):
         assert metrics[1][split]["loss"] == pytest.approx(metrics[0][split]["loss"], abs=1e-5)
 
 
-def test_run_on_two_nodes_with_the_c10d_rendezvous(tmp_path):
-    """`nlptasks run --nproc 1 --nnodes 2 --rdzv-endpoint HOST:PORT` on each "machine": torchrun's
-    c10d rendezvous joins them; one run folder, complete, the table printed once."""
-    endpoint = f"127.0.0.1:{_free_port()}"
-
-    def node(r: int) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "nlptasks",
-            "run",
-            str(RECIPES / "cls.toml"),
-            "--nproc",
-            "1",
-            "--nnodes",
-            "2",
-            "--rdzv-endpoint",
-            endpoint,
-            "--rdzv-id",
-            "t",
-            "--no-progress",
-            *_sets(f"output.dir={tmp_path}", "data.max_train_rows=32", "data.max_eval_rows=16"),
-        ]
-
-    done = _two_nodes(node)
-    assert all("--nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d" in d.stderr for d in done)
-    assert sum(d.stdout.count("model saved to") for d in done) == 1  # global rank 0 only
-    (run_dir,) = (tmp_path / "cls").iterdir()
-    assert (run_dir / "COMPLETE").exists()
-    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
-
-
 def test_launcher_args_and_their_errors(cli):
     from nlptasks.engine.system.distributed import launcher_args, torchrun_command
     from nlptasks.errors import NlptasksError
@@ -368,3 +336,78 @@ def test_launcher_args_and_their_errors(cli):
     assert code != 0 and "add --nproc N" in err
     code, _, err = cli("run", str(RECIPES / "cls.toml"), "--nproc", "1", "--nnodes", "2")
     assert code != 0 and "--rdzv-endpoint HOST:PORT" in err
+
+
+def test_two_nodes_killed_on_one_mid_epoch_resume_to_the_uninterrupted_metrics(tmp_path):
+    """``nlptasks run --nproc 1 --nnodes 2 --rdzv-endpoint HOST:PORT`` on two "machines" (c10d
+    rendezvous on localhost, one shared run folder as on a shared filesystem): node 1 is SIGKILLed, launcher and worker, in the middle of an epoch once
+    a checkpoint exists; node 0 must stop by itself (its peer gone), not hang; both started again
+    with ``--resume`` end with the metrics of an uninterrupted two-process run."""
+    import signal
+
+    from conftest import wait_for
+
+    common = [
+        "--no-progress",
+        *_sets(
+            f"output.dir={tmp_path}",
+            "data.max_train_rows=1200",
+            "data.max_eval_rows=40",
+            "train.epochs=2",
+            "output.checkpoint_steps=10",
+        ),
+    ]
+    whole = subprocess.Popen(
+        [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "2", *common],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _, err = communicate(whole)
+    assert whole.returncode == 0, err[-3000:]
+    (whole_dir,) = (tmp_path / "cls").iterdir()
+
+    def node(r: int, rdzv: str, *extra: str) -> subprocess.Popen:
+        command = [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "1"]
+        command += ["--nnodes", "2", "--rdzv-endpoint", rdzv, "--rdzv-id", "resume", *common]
+        command += ["--set", "output.run_name=nodes", *extra]
+        return subprocess.Popen(
+            command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+
+    rdzv = f"127.0.0.1:{_free_port()}"
+    nodes = [node(r, rdzv) for r in (0, 1)]
+    run_dir = tmp_path / "cls" / "nodes"
+    # 75 steps an epoch (1,200 rows, 2 ranks of batch 8); killed in the second epoch
+    wait_for((run_dir / "checkpoints" / "checkpoint-110" / "trainer_state.json").exists, nodes[1], poll_s=0.02)
+    import psutil
+
+    left = psutil.Process(nodes[1].pid).children(recursive=True)  # torchrun's agent, its worker
+    assert len(left) >= 2
+    os.killpg(nodes[1].pid, signal.SIGKILL)  # the command on "machine" 1 (the worker has its own session)
+    nodes[1].wait()
+    _, still = psutil.wait_procs(left, timeout=60)
+    assert not still, still  # the worker dies with its launcher instead of training on alone
+    _, err0 = communicate(nodes[0])  # guarded against a hang: fails if it stops making progress
+    assert nodes[0].returncode != 0, err0[-3000:]
+    assert "another machine left the run" in err0 and "with --resume" in err0
+    assert not (run_dir / "COMPLETE").exists()
+    steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+    assert 110 <= steps[-1] < 150, steps
+
+    rdzv = f"127.0.0.1:{_free_port()}"
+    again = [node(r, rdzv, "--resume") for r in (0, 1)]
+    outputs = [communicate(p) for p in again]
+    for proc, (_, err) in zip(again, outputs, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+        assert "--nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d" in err  # torchrun's c10d rendezvous
+    assert sum(out.count("model saved to") for out, _ in outputs) == 1  # global rank 0 prints
+    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
+    assert any("checkpoint-" in line for _, err in outputs for line in err.splitlines() if "resum" in line)
+    assert (run_dir / "COMPLETE").exists()
+    a, b = (json.loads((d / "metrics.json").read_text(encoding="utf-8")) for d in (whole_dir, run_dir))
+    for split in ("validation", "test"):
+        for key in ("loss", "accuracy"):
+            assert b[split][key] == pytest.approx(a[split][key], abs=1e-5), (split, key)
+    assert b["train"]["loss"] == pytest.approx(a["train"]["loss"], abs=1e-5)

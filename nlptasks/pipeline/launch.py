@@ -4,10 +4,12 @@ per device (or CPU process with gloo), on one machine or several; and which proc
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
 from nlptasks.engine.system.distributed import is_main, launcher_args, torchrun_command
+from nlptasks.engine.system.processes import die_with_parent
 from nlptasks.errors import NlptasksError
 
 __all__ = ["is_main", "launch"]
@@ -30,4 +32,18 @@ def launch(
     launcher = launcher_args(nproc, nnodes, endpoint, node_rank, rdzv_id)
     command = torchrun_command(nproc, argv, launcher)
     print("launch: " + " ".join(command[1:]), file=sys.stderr)
-    return subprocess.call(command)
+    # torchrun ends (SIGTERM: it stops its workers) when this process is killed, even with SIGKILL
+    status = subprocess.call(command, preexec_fn=_torchrun_dies_with_us)
+    if status != 0 and nnodes > 1:
+        print(
+            f"error: torchrun ended with exit status {status}: a process failed, or another machine "
+            "left the run (its processes end with it); once every machine is ready, run the same "
+            "command on each with --resume to continue from the run's last checkpoint "
+            "(output.checkpoint_steps; docs/optimize.md#several-machines)",
+            file=sys.stderr,
+        )
+    return status
+
+
+def _torchrun_dies_with_us() -> None:
+    die_with_parent(signal.SIGTERM)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
 import platform
 import shutil
 import time
@@ -75,6 +76,10 @@ def run(
     from nlptasks.engine.system.machine import check_machine
 
     check_machine(loaded.recipe, str(loaded.path or "<recipe>"))  # before any model is loaded
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun worker (its own session): it ends with its
+        from nlptasks.engine.system.processes import die_with_parent  # agent, not train on alone
+
+        die_with_parent()
     from nlptasks.engine.training.preflight import check_preflight
 
     check_preflight(loaded)  # what validate checks beyond the recipe: libraries, config.json, memory

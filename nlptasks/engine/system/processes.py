@@ -1,10 +1,36 @@
-"""Processes of this machine: whether one still runs."""
+"""Processes of this machine: whether one still runs; a process that ends with its parent."""
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
 
-__all__ = ["process_alive"]
+__all__ = ["die_with_parent", "process_alive"]
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """Have Linux send ``sig`` to this process when its parent ends (``prctl(PR_SET_PDEATHSIG)``);
+    ``False`` where that is not available.  A launcher's child that its launcher outlives (a
+    ``kill -9`` of the command the user started, a machine's job killed) would otherwise train on
+    alone, and write into a run folder a later ``--resume`` uses.  Call it in the process that
+    should die (in a child between fork and exec, or in the child itself: the parent that counts
+    is the one at the call; one already gone ends this process at once)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() == 1:  # the parent ended before the call: what it would have done
+        os.kill(os.getpid(), sig)
+    return True
 
 
 def process_alive(pid: int) -> bool:
