@@ -355,6 +355,7 @@ def test_two_nodes_killed_on_one_mid_epoch_resume_to_the_uninterrupted_metrics(t
             "data.max_eval_rows=40",
             "train.epochs=2",
             "output.checkpoint_steps=10",
+            "train.group_by_length=true",  # the quickstart's length-grouped batches, seeded per epoch
         ),
     ]
     whole = subprocess.Popen(
@@ -404,10 +405,16 @@ def test_two_nodes_killed_on_one_mid_epoch_resume_to_the_uninterrupted_metrics(t
         assert "--nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d" in err  # torchrun's c10d rendezvous
     assert sum(out.count("model saved to") for out, _ in outputs) == 1  # global rank 0 prints
     assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
-    assert any("checkpoint-" in line for _, err in outputs for line in err.splitlines() if "resum" in line)
+    import re
+
+    resumed = [int(m) for _, err in outputs for m in re.findall(r"resume \S+ from checkpoint-(\d+)", err)]
+    assert resumed and resumed[0] >= 110, outputs[0][1][-3000:]  # from the last checkpoint, not from scratch
+    assert not any("skipped checkpoint" in err for _, err in outputs)  # rng_state_<rank>.pth: resumable
     assert (run_dir / "COMPLETE").exists()
     a, b = (json.loads((d / "metrics.json").read_text(encoding="utf-8")) for d in (whole_dir, run_dir))
     for split in ("validation", "test"):
         for key in ("loss", "accuracy"):
             assert b[split][key] == pytest.approx(a[split][key], abs=1e-5), (split, key)
+    # the whole run's totals: each rank restores its own (rank 0's alone would count twice)
     assert b["train"]["loss"] == pytest.approx(a["train"]["loss"], abs=1e-5)
+    assert b["train"]["tokens"] == a["train"]["tokens"]

@@ -73,10 +73,18 @@ def order_training(trainer: Any, ctx: RunContext) -> None:
             self.epoch = epoch
 
         def __iter__(self) -> Any:
+            import math
+
             import torch
 
+            # The Trainer's set_epoch does not reach a sampler under two wrappers: a resumed epoch
+            # of a distributed run (accelerate's SkipBatchSampler around its BatchSamplerShard)
+            # would replay epoch 0.  The epochs the Trainer has done (state.epoch: 1.47 when a run
+            # resumes in its second epoch) tell it wherever the sampler sits.
+            done = getattr(getattr(trainer, "state", None), "epoch", None) or 0.0
+            epoch = max(self.epoch, math.floor(float(done) + 1e-6))
             generator = torch.Generator()
-            generator.manual_seed(seed + self.epoch)
+            generator.manual_seed(seed + epoch)
             return iter(grouped_order(self.lengths, self.batch_size, generator, self.classes))
 
     def sampler(*args: Any, **kwargs: Any) -> Any:

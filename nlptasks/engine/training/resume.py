@@ -157,21 +157,46 @@ def checkpoint_problem(path: Path) -> str | None:
         int(state["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return "trainer_state.json is unreadable"
+    deepspeed = _deepspeed_state(path)  # ZeRO: optimizer (and, under ZeRO-3, weights) in global_stepN/
+    if isinstance(deepspeed, str):
+        return deepspeed
     weights = sorted(path.glob("*.safetensors"))
-    if not weights:
+    if not weights and not deepspeed:
         pickled = [p.name for p in path.glob("*.bin") if p.name != "training_args.bin"]
         return f"no safetensors weights{' (only ' + ', '.join(pickled) + ')' if pickled else ''}"
     for file in weights:
         problem = _safetensors_problem(file)
         if problem:
             return problem
-    missing = [name for name in FULL_STATE_FILES if not (path / name).exists()]
+    # one rng_state_<rank>.pth per process in a distributed run; DeepSpeed keeps the optimizer itself
+    found = {name: [path / name] for name in FULL_STATE_FILES}
+    found["rng_state.pth"] += sorted(path.glob("rng_state_*.pth"))
+    if deepspeed:
+        found["optimizer.pt"] = deepspeed
+    missing = [name for name, files in found.items() if not any(f.exists() for f in files)]
     if missing:
         return f"model weights only, no {', '.join(missing)} (not a resumable checkpoint)"
-    for name in FULL_STATE_FILES:
-        if not zipfile.is_zipfile(path / name):
-            return f"{name} is truncated or not a torch.save file"
+    for files in found.values():
+        for file in files:
+            if file.exists() and not zipfile.is_zipfile(file):
+                return f"{file.relative_to(path)} is truncated or not a torch.save file"
     return None
+
+
+def _deepspeed_state(path: Path) -> list[Path] | str | None:
+    """A DeepSpeed checkpoint's files (``latest`` names its ``global_stepN`` folder, written last),
+    why it is incomplete, or ``None`` when ``path`` holds none."""
+    steps = list(path.glob("global_step*"))
+    if not steps:
+        return None
+    try:
+        tag = (path / "latest").read_text(encoding="utf-8").strip()
+    except OSError:
+        return "DeepSpeed state without its 'latest' file (the save did not finish)"
+    files = sorted((path / tag).glob("*_optim_states.pt")) if tag else []
+    if not files:
+        return f"DeepSpeed state {tag or '?'} has no optimizer states"
+    return files + sorted((path / tag).glob("*_model_states.pt"))
 
 
 def checkpoint_step(path: Path) -> int:

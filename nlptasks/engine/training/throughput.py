@@ -51,6 +51,7 @@ __all__ = [
     "count_training_tokens",
     "device_peak_flops",
     "nonembedding_parameters",
+    "rank_totals_file",
     "restored_totals",
     "throughput_figures",
     "whole_run_loss",
@@ -75,14 +76,35 @@ _GPU_PEAKS = {
 }
 
 
+def _rank() -> tuple[int, int]:
+    """``(rank, world size)`` of this process (``(0, 1)`` outside a distributed run)."""
+    import torch
+
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_totals_file(checkpoint: str | Path, rank: int) -> Path:
+    """Where rank ``rank`` of a distributed run records its own totals in a checkpoint (the
+    checkpoint's ``trainer_state.json`` is rank 0's alone)."""
+    return Path(checkpoint) / f"nlptasks_totals_{rank}.json"
+
+
 def restored_totals(checkpoint: str | Path | None) -> dict[str, Any]:
-    """The totals (``tokens``, ``slots``, ``loss_sum``) that ``checkpoint`` recorded, ``{}`` when
+    """The totals (``tokens``, ``slots``, ``loss_sum``) of this process that ``checkpoint``
+    recorded: its rank's file in a distributed run, else ``trainer_state.json``'s; ``{}`` when
     there is no checkpoint, or it recorded none (a checkpoint of an older nlptasks)."""
     if checkpoint is None:
         return {}
+    rank, world = _rank()
     try:
-        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
-        saved = state["stateful_callbacks"][TOTALS]["attributes"]
+        if world > 1:
+            saved = json.loads(rank_totals_file(checkpoint, rank).read_text(encoding="utf-8"))
+        else:
+            state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+            saved = state["stateful_callbacks"][TOTALS]["attributes"]
         return {"tokens": int(saved["tokens"]), "slots": int(saved["slots"]), "loss_sum": float(saved["loss_sum"])}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
@@ -91,15 +113,19 @@ def restored_totals(checkpoint: str | Path | None) -> dict[str, Any]:
 def count_training_tokens(trainer: Any, resume_from: str | Path | None = None) -> dict[str, Any]:
     """Count the tokens and sum the loss of every training micro-batch ``trainer`` takes from now
     on (wraps its ``training_step``), from the totals of ``resume_from`` (the checkpoint a resumed
-    run starts from), and record the totals in every checkpoint; the returned dict fills as it
-    trains: ``tokens``, ``slots``, ``loss_sum`` and ``whole`` (whether they cover the whole run)."""
+    run starts from), and record the totals in every checkpoint (each rank of a distributed run in
+    its own file: rank 0's alone would be restored on every rank and counted once per rank); the
+    returned dict fills as it trains: ``tokens``, ``slots``, ``loss_sum`` and ``whole`` (whether
+    they cover the whole run)."""
     from transformers import TrainerCallback
     from transformers.trainer_callback import ExportableState
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     restored = restored_totals(resume_from)
     counts: dict[str, Any] = {"tokens": 0, "slots": 0, "loss_sum": 0.0, **restored}
     counts.update(whole=resume_from is None or bool(restored), tokens_before=counts["tokens"])
     original = trainer.training_step
+    keys = ("tokens", "slots", "loss_sum")
 
     def training_step(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
         tokens, slots = batch_tokens(inputs)
@@ -112,8 +138,14 @@ def count_training_tokens(trainer: Any, resume_from: str | Path | None = None) -
 
     class TrainingTotals(TrainerCallback, ExportableState):  # type: ignore[misc]
         def state(self) -> dict[str, Any]:
-            keys = ("tokens", "slots", "loss_sum")
             return {"args": {}, "attributes": {k: counts[k] for k in keys}}
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            rank, world = _rank()
+            if world > 1:
+                folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+                folder.mkdir(parents=True, exist_ok=True)
+                rank_totals_file(folder, rank).write_text(json.dumps({k: counts[k] for k in keys}), encoding="utf-8")
 
     trainer.training_step = training_step
     trainer.add_callback(TrainingTotals())
