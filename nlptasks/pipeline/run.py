@@ -120,6 +120,8 @@ def run(
         ctx.log.info("run %s: task %r → %s", loaded.path or "<recipe>", loaded.task.name, output_dir)
     if distributed.world_size() > 1:
         ctx.manifest["distributed"] = {"world_size": distributed.world_size(), "backend": distributed.backend()}
+        if loaded.recipe.train.zero is not None or loaded.recipe.train.extra.get("deepspeed"):
+            ctx.manifest["distributed"]["deepspeed_zero"] = loaded.recipe.train.zero or "train.extra.deepspeed"
         ctx.log.info(
             "distributed: %d processes (%s); rank 0 writes the run", distributed.world_size(), distributed.backend()
         )

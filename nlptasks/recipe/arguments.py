@@ -61,8 +61,8 @@ class Argument:
 
 
 def _sharded(r: Recipe) -> bool:
-    """Whether ``train.extra`` turns on FSDP or DeepSpeed (transformers' own keys)."""
-    return bool(r.train.extra.get("fsdp") or r.train.extra.get("deepspeed"))
+    """Whether ``train.zero`` or ``train.extra`` turns on DeepSpeed or FSDP."""
+    return bool(r.train.zero or r.train.extra.get("fsdp") or r.train.extra.get("deepspeed"))
 
 
 def _cpu_group(r: Recipe, s: Situation) -> bool:
@@ -116,6 +116,13 @@ ARGUMENTS: dict[str, Argument] = {
     "save_only_model": Argument(
         "output.checkpoint_steps (resumable checkpoints when set; whole checkpoints with FSDP or DeepSpeed)",
         lambda r, s: not r.output.checkpoint_steps and not _sharded(r),
+    ),
+    # the engine completes it (train_micro_batch_size_per_gpu and the rest "auto": deepspeed_config)
+    "deepspeed": Argument(
+        "train.zero",
+        lambda r, s: {"zero_optimization": {"stage": r.train.zero}},
+        "yes",
+        lambda r, s: r.train.zero is not None,
     ),
     "logging_nan_inf_filter": Argument("nlptasks (off: a NaN loss must show)", lambda r, s: False),
     "disable_tqdm": Argument("--no-progress", lambda r, s: not s.progress),

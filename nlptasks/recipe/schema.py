@@ -252,6 +252,14 @@ class TrainConfig(Section):
         description='Experiment trackers to log to: ["tensorboard"] writes event files to <run>/tensorboard '
         "(needs the tensorboard package). Default: none.",
     )
+    zero: Literal[1, 2, 3] | None = Field(
+        None,
+        description="DeepSpeed ZeRO stage across the run's processes (nlptasks run RECIPE --nproc N): 1 shards "
+        "the optimizer states, 2 also the gradients, 3 also the weights (gathered whole into the saved "
+        "model). The DeepSpeed config is generated from this recipe; for your own, set "
+        "train.extra.deepspeed instead (a JSON file or a table). Needs pip install deepspeed "
+        "(docs/optimize.md#deepspeed-zero).",
+    )
     extra: dict[str, Any] = Field(
         default_factory=dict,
         description="Further transformers TrainingArguments, passed as they are (checked at run time).",
@@ -268,6 +276,17 @@ class TrainConfig(Section):
                 "(or leave 'tensorboard' out of train.report_to)"
             )
         return list(dict.fromkeys(value))
+
+    @model_validator(mode="after")
+    def _one_way_to_shard(self) -> TrainConfig:
+        if self.zero is not None and self.extra.get("deepspeed"):
+            raise ValueError(
+                "train.zero and train.extra.deepspeed both set DeepSpeed: keep train.zero (a config generated "
+                "from the recipe) or train.extra.deepspeed (your own config), not both"
+            )
+        if self.zero is not None and self.extra.get("fsdp"):
+            raise ValueError("train.zero (DeepSpeed) and train.extra.fsdp (FSDP) both shard the model: keep one")
+        return self
 
     @model_validator(mode="after")
     def _steps_need_eval_steps(self) -> TrainConfig:

@@ -11,7 +11,14 @@ from nlptasks.errors import Problem, RecipeError
 if TYPE_CHECKING:
     from nlptasks.recipe import Recipe
 
-__all__ = ["check_machine", "cpu_has_bf16", "cpu_name", "from_pretrained_kwargs", "machine_problems"]
+__all__ = [
+    "deepspeed_problems",
+    "check_machine",
+    "cpu_has_bf16",
+    "cpu_name",
+    "from_pretrained_kwargs",
+    "machine_problems",
+]
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -89,6 +96,7 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
                 "remove fsdp here (and run with --nproc N for DDP)",
             )
         )
+    problems += deepspeed_problems(recipe, cuda)
     if opt.tf32 and not cuda:
         problems.append(
             Problem("optimize.tf32", "true needs a CUDA GPU (Ampere or newer); this machine has none (use false)")
@@ -120,6 +128,34 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
                 )
             )
     return problems
+
+
+def deepspeed_problems(recipe: Recipe, cuda: bool) -> list[Problem]:
+    """What stops DeepSpeed (``train.zero`` or ``train.extra.deepspeed``) on this machine: the
+    package, and on CPU processes a C++ compiler: DeepSpeed's CPU communication backend compiles
+    its shared-memory op when it starts (``deepspeed/comm/torch.py``: ``TorchBackend.__init__`` calls
+    ``build_shm_op``, with no setting to leave it out), with torch's C++ extension builder
+    (``$CXX``, default ``c++``)."""
+    import importlib.util
+    import os
+    import shutil
+
+    key = "train.zero" if recipe.train.zero is not None else "train.extra.deepspeed"
+    if recipe.train.zero is None and not recipe.train.extra.get("deepspeed"):
+        return []
+    if importlib.util.find_spec("deepspeed") is None:
+        return [Problem(key, "needs the deepspeed package (not installed: pip install deepspeed)")]
+    compiler = os.environ.get("CXX", "c++")
+    if not cuda and shutil.which(compiler) is None:
+        return [
+            Problem(
+                key,
+                f"DeepSpeed on CPU processes compiles its shared-memory communication op at start-up "
+                f"(deepspeed/comm/torch.py, build_shm_op) and needs a C++ compiler; {compiler!r} is not on PATH "
+                "(install g++, or set CXX), or train without DeepSpeed (--nproc N alone is DDP)",
+            )
+        ]
+    return []
 
 
 _CPU_VALUES = {

@@ -127,6 +127,9 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
                 ],
                 hint="DeepSpeed and FSDP: docs/optimize.md#fsdp-and-deepspeed.",
             )
+        from nlptasks.engine.training.deepspeed import deepspeed_config
+
+        kwargs = {**kwargs, "deepspeed": deepspeed_config(kwargs["deepspeed"])}
     try:
         return TrainingArguments(**kwargs)
     except (ValueError, TypeError) as exc:
