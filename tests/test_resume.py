@@ -289,6 +289,30 @@ def test_a_run_that_trained_nothing_is_not_saved_as_a_model(tmp_path):
     assert not (run_dir / "COMPLETE").exists() and not (run_dir / "model.safetensors").exists()
 
 
+def test_a_trainer_that_saves_no_weights_leaves_the_run_incomplete(tmp_path):
+    """A trainer whose ``save_model`` writes no weights (ZeRO-3 or FSDP shards not gathered, a
+    plugin's trainer saving elsewhere) never makes a COMPLETE run without a model."""
+    from nlptasks import hookimpl
+    from nlptasks.testing import plugin_host, run_cli
+
+    class SavesNothing:
+        @hookimpl(hookwrapper=True)
+        def nlptasks_train(self, ctx, trainer, data):
+            yield  # trained (checkpoints saved as usual); then the run's own save writes nothing
+            trainer.save_model = lambda *args, **kwargs: None
+
+    code, _, err = run_cli(
+        "run",
+        CLS,
+        "--no-progress",
+        *sets(*TINY, "train.max_steps=3", f"output.dir={tmp_path}", "output.run_name=z"),
+        host=plugin_host(builtins=True, lazy=SavesNothing()),
+    )
+    assert code == 2, err
+    assert_one_line_error(err, "saved no model weights", "not marked complete", "--resume")
+    assert not (tmp_path / "cls" / "z" / "COMPLETE").exists()
+
+
 def test_an_unwritable_output_dir_is_named(cli, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder\n")

@@ -242,6 +242,13 @@ def save_run(
     if not is_main():  # every rank takes part in saving the model (FSDP, DeepSpeed); rank 0 writes the rest
         barrier()
         return manifest
+    weights = [*out.glob("*.safetensors"), *out.glob("*.safetensors.index.json"), *out.glob("pytorch_model*.bin")]
+    if not weights:  # e.g. ZeRO-3 or FSDP shards that were not gathered: never a COMPLETE run without a model
+        raise NlptasksError(
+            f"{out}: the trainer saved no model weights (no *.safetensors); the run is not marked complete",
+            hint="With DeepSpeed ZeRO-3 or FSDP the weights must be gathered on save "
+            "(docs/optimize.md#deepspeed-zero); resume from the last checkpoint with --resume.",
+        )
     if ctx.tokenizer is not None:
         ctx.tokenizer.save_pretrained(str(out))
     if ctx.labels is not None:
