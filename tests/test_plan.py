@@ -299,3 +299,29 @@ def test_fsdp_estimate_is_per_rank():
     assert s.gradients == f.gradients // 4 + layer
     assert s.activations == f.activations  # activations are per rank either way
     assert s.total < 0.7 * f.total
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_estimate_is_per_rank(stage):
+    """train.zero over N processes: 1/N of the optimizer states and an fp32 copy of 1/N of the
+    weights at every stage; 1/N of the gradients plus the reduce buffer (the whole gradients below
+    5e8 elements) from stage 2; never less than the whole model's weights (built on every rank)."""
+    from nlptasks.plan import make_plan
+
+    def baseline(*sets: str, nproc: int = 4):
+        (row,) = make_plan(str(CLS), list(sets), device="cpu", rungs=["baseline"], nproc=nproc).rows
+        return row
+
+    ddp, zero = baseline(), baseline(f"train.zero={stage}")
+    assert zero.settings.zero == stage and zero.settings.ranks == 4 and ddp.settings.zero == 0
+    d, z = ddp.estimate, zero.estimate
+    master = zero.shape.trainable * 4 // 4
+    assert z.optimizer == d.optimizer // 4
+    if stage < 3:
+        assert z.weights == d.weights + master
+    else:  # the whole model is built on every rank first: never less than it
+        assert z.weights >= d.weights + master
+    assert z.gradients == (d.gradients if stage == 1 else d.gradients // 4 + d.gradients)
+    assert z.activations == d.activations
+    assert baseline(f"train.zero={stage}", nproc=1).estimate == baseline(nproc=1).estimate  # one process: no ZeRO
+    assert baseline("train.extra.deepspeed={zero_optimization={stage=2}}").settings.zero == 2

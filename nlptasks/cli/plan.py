@@ -55,8 +55,8 @@ def register(sub: Any) -> None:
         type=positive_int,
         default=1,
         metavar="N",
-        help="processes the run will use: with train.extra.fsdp the estimate is per rank, weights, "
-        "gradients and optimizer states sharded over N (default: 1)",
+        help="processes the run will use: with train.zero (DeepSpeed) or train.extra.fsdp the estimate is "
+        "per rank, what they shard divided over N (default: 1)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
     p.set_defaults(func=cmd)
@@ -139,6 +139,13 @@ def cmd(args: argparse.Namespace) -> int:
     print(
         f"plan {args.recipe}: {plan.model_class}, effective batch {plan.effective_batch}, estimated for {plan.device}"
     )
+    first = next((row.settings for row in plan.rows if getattr(row, "settings", None) is not None), None)
+    if first is not None and first.zero and first.ranks > 1:
+        print(
+            f"per rank: DeepSpeed ZeRO-{first.zero} over {first.ranks} processes (docs/plan.md#deepspeed-zero-per-rank)"
+        )
+    elif first is not None and first.shards > 1:
+        print(f"per rank: FSDP over {first.shards} processes (docs/plan.md#fsdp-per-rank)")
     print(plan_text(plan, measured, measure_label(measured) if measured is not None else ""))
     if measured is not None and not any(
         k.startswith("cuda") for k in (m.get("measure", "") for m in measured.values())

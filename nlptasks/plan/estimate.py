@@ -170,6 +170,8 @@ class Settings:
     attention: str = "auto"
     device: str = "cpu"
     shards: int = 1  # FSDP (train.extra.fsdp): the ranks weights, gradients and optimizer states are sharded over
+    zero: int = 0  # DeepSpeed ZeRO stage (train.zero or train.extra.deepspeed), over ``ranks`` processes
+    ranks: int = 1
 
 
 def resolved_precision(precision: str, device: str, pretrained: bool = True) -> str:
@@ -201,7 +203,27 @@ def settings_of(recipe: Recipe, device: str, nproc: int = 1) -> Settings:
         attention=opt.attention,
         device=device,
         shards=max(1, nproc) if recipe.train.extra.get("fsdp") else 1,
+        zero=zero_stage(recipe),
+        ranks=max(1, nproc),
     )
+
+
+def zero_stage(recipe: Recipe) -> int:
+    """The DeepSpeed ZeRO stage of ``recipe``: ``train.zero``, or ``zero_optimization.stage`` of
+    ``train.extra.deepspeed`` (a table or a readable JSON file); 0 without DeepSpeed."""
+    if recipe.train.zero is not None:
+        return int(recipe.train.zero)
+    config = recipe.train.extra.get("deepspeed")
+    if isinstance(config, str):
+        import json
+        from pathlib import Path
+
+        try:
+            config = json.loads(Path(config).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return 0
+    stage = (config.get("zero_optimization") or {}).get("stage", 0) if isinstance(config, dict) else 0
+    return int(stage) if isinstance(stage, int) and 0 <= stage <= 3 else 0
 
 
 @dataclass
@@ -244,6 +266,44 @@ def _weight_bytes(p: ParamInfo, s: Settings, layers: int) -> float:
     if s.quantization == "8bit":
         return p.numel * (1 + 4 / 64)
     return p.numel * (0.5 + (1 / 64 + 4 / (64 * 256) if s.double_quant else 4 / 64))  # nf4 and its scales
+
+
+ZERO_BUCKET = 500_000_000
+"""DeepSpeed's default ``reduce_bucket_size`` (elements): gradients are reduced through a buffer of
+up to this size (ZeRO-2 and 3)."""
+ZERO_PERSISTENCE = 100_000
+"""DeepSpeed's default ``stage3_param_persistence_threshold`` (elements): under ZeRO-3 a parameter
+smaller than this stays whole on every rank."""
+
+
+def _zero(
+    shape: ModelShape, s: Settings, weights: int, gradients: int, optimizer: int, temporaries: int
+) -> tuple[int, int, int, int]:
+    """One rank's weights, gradients, optimizer states and step temporaries under DeepSpeed ZeRO
+    stage ``s.zero`` over ``s.ranks`` processes (DeepSpeed's defaults).  Every stage keeps an fp32
+    copy of the rank's partition of the trainable weights (its optimizer's master weights, a copy
+    even when the model is fp32) and 1/N of the optimizer states; stage 1 keeps the full gradients,
+    stages 2 and 3 1/N of them plus the reduce buffer (the gradients' size at most); stage 3 also
+    keeps 1/N of the weights, plus the parameters under the persistence threshold whole and one
+    transformer layer gathered (two: the next is prefetched), but never less than the whole model,
+    which every rank builds before ZeRO partitions it (no ``zero.Init``)."""
+    n = s.ranks
+    trainable = [p for p in shape.params if p.trainable]
+    master = sum(p.numel for p in trainable) * 4 // n
+    optimizer //= n
+    temporaries //= n
+    if s.zero >= 2:
+        largest_bucket = ZERO_BUCKET * max((p.elem for p in trainable), default=4)
+        gradients = gradients // n + min(gradients, largest_bucket)
+    if s.zero == 3:
+        layers = shape.layers
+        large = [p for p in shape.params if p.numel >= ZERO_PERSISTENCE]
+        unit = max((sum(_weight_bytes(p, s, layers) for p in large if p.where == k) for k in range(layers)), default=0)
+        small = weights - sum(_weight_bytes(p, s, layers) for p in large)  # kept whole on every rank
+        # the engine builds the whole model on every rank (step 5) before ZeRO partitions it
+        # (DeepSpeed's zero.Init does not apply): the full weights are there once, at the start
+        weights = max(weights, int((weights - small) / n + small + 2 * unit))
+    return weights + master, gradients, optimizer, temporaries
 
 
 def estimate(shape: ModelShape, s: Settings) -> Estimate:
@@ -336,6 +396,8 @@ def estimate(shape: ModelShape, s: Settings) -> Estimate:
         gradients = gradients // s.shards + unit_grads
         optimizer //= s.shards
         temporaries //= s.shards
+    if s.zero and s.ranks > 1:
+        weights, gradients, optimizer, temporaries = _zero(shape, s, weights, gradients, optimizer, temporaries)
     # Gradients are set to None after each optimizer step: without accumulation they grow while
     # the activations are freed; with accumulation they are all there during the next forward.
     backward = activations + gradients if s.accumulation > 1 else max(activations, gradients)

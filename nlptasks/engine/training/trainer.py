@@ -125,7 +125,7 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
                         "train.extra.deepspeed", "needs the deepspeed package (not installed: pip install deepspeed)"
                     )
                 ],
-                hint="DeepSpeed and FSDP: docs/optimize.md#fsdp-and-deepspeed.",
+                hint="DeepSpeed: docs/optimize.md#deepspeed-zero.",
             )
         from nlptasks.engine.training.deepspeed import deepspeed_config
 
