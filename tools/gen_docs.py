@@ -804,7 +804,8 @@ def recipe_header(recipe: str) -> str:
     inside = False  # in the '# Measured:' entry: its line and the continuation lines under it
     for line in text.split("\n"):
         inside = line.startswith(MEASURED) or (inside and line.startswith("#" + " " * 17))
-        if not inside:
+        stale = line.startswith("#" + " " * 17) and line.endswith("[docs/figures.toml]")  # an older entry's tail
+        if not inside and not stale:
             lines.append(line)
     if f is None or f.skip:
         return "\n".join(lines)
