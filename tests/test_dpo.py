@@ -317,22 +317,33 @@ def test_tune_keeps_the_trial_with_the_lowest_validation_loss(start, tmp_path):
     assert read_metrics((folder / "best-run").resolve())["validation"]["loss"] == min(losses)
 
 
-def test_two_processes_train_a_dpo_run(start, tmp_path):
+@pytest.mark.parametrize("zero", [None, 3])
+def test_two_processes_train_a_dpo_run(start, tmp_path, zero):
+    """DDP, and DeepSpeed ZeRO-3 (the reference pass through DeepSpeed's inference engine, kept in
+    memory: TRL's cache file is one process's temporary folder)."""
+    import importlib.util
     import os
     import sys
 
     from conftest import ROOT, run_process
 
+    if zero and importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("deepspeed is not installed")
     command = [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "dpo.toml"), "--nproc", "2", "--no-progress"]
     command += set_args(
-        f"model.name_or_path={start}", f"output.dir={tmp_path / 'runs'}", "output.run_name=ddp", "train.max_steps=12"
+        f"model.name_or_path={start}",
+        f"output.dir={tmp_path / 'runs'}",
+        "output.run_name=ddp",
+        "train.max_steps=12",
+        *([f"train.zero={zero}"] if zero else []),
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     done = run_process(command, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = tmp_path / "runs" / "dpo" / "ddp"
-    assert json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]["world_size"] == 2
+    distributed = json.loads((run_dir / "nlptasks.json").read_text(encoding="utf-8"))["distributed"]
+    assert distributed["world_size"] == 2 and distributed.get("deepspeed_zero") == zero
     test = read_metrics(run_dir)["test"]
     assert test["pairs"] == 48  # every pair scored once, gathered from both ranks
     assert test["reward_accuracy"] > 0.6 and test["reward_margin"] > 0  # it learned, in 12 steps of 2 x 16 pairs

@@ -146,13 +146,19 @@ def dpo_trainer_class() -> Any:
             from datasets import Value
             from torch.utils.data import DataLoader
 
-            if self.is_deepspeed_enabled:  # TRL's own pass places and gathers ZeRO's weights
-                return super()._precompute_ref_logps(dataset, name, batch_size)
             started = time.perf_counter()
             loader = self.accelerator.prepare(
                 DataLoader(dataset, batch_size=batch_size, collate_fn=self.data_collator, shuffle=False)
             )
             model = self.ref_model or self.model
+            if self.ref_model is None and self.is_deepspeed_enabled:
+                # before training prepares the model, DeepSpeed's weights are not placed (ZeRO-1/2) or
+                # sharded (ZeRO-3): an inference engine places and gathers them, as TRL's own pass does
+                from trl.models import prepare_deepspeed
+
+                if getattr(self, "_precompute_engine", None) is None:
+                    self._precompute_engine = prepare_deepspeed(self.model, self.accelerator)
+                model = self._precompute_engine
             chosen, rejected = [], []
             for batch in loader:
                 c, r = self.compute_ref_log_probs(model, batch)

@@ -97,7 +97,12 @@ def training_kwargs(ctx: RunContext, has_validation: bool, has_metrics: bool, pr
         import os
 
         os.environ["TENSORBOARD_LOGGING_DIR"] = str(ctx.output_dir / "tensorboard")
-    return training_arguments(ctx.recipe, situation)
+    kwargs = training_arguments(ctx.recipe, situation)
+    if kwargs.get("deepspeed"):  # completed here, so a task's own TrainingArguments (step 7) gets it too
+        from nlptasks.engine.training.deepspeed import deepspeed_config
+
+        kwargs["deepspeed"] = deepspeed_config(kwargs["deepspeed"])
+    return kwargs
 
 
 def make_training_arguments(kwargs: dict[str, Any]) -> Any:
