@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO through the engine on 2 CPU processes (DeepSpeed's CPU accelerator on gloo):
 ``nlptasks run RECIPE --nproc 2 --set train.zero=N``.
 
-The cls quickstart (tiny model, fp32) under ZeRO-2 and ZeRO-3 takes the same per-step losses as
+The cls quickstart (tiny model, fp32) under ZeRO-1, 2 and 3 takes the same per-step losses as
 DDP on the same rows and seed (within 1e-5) and ends with its metrics; the saved run is an
 ordinary transformers model (ZeRO-3's shards gathered) with DDP's weights; a ZeRO-3 run killed
 mid-epoch (``kill -9`` of the command: torchrun and the workers go with it) resumes from its ZeRO
@@ -78,17 +78,18 @@ def metrics(run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def cls_runs(tmp_path_factory) -> dict[str, Path]:
-    """The cls quickstart under DDP, ZeRO-2 and ZeRO-3 (one after the other: 2 cores)."""
+    """The cls quickstart under DDP and ZeRO-1, 2 and 3 (one after the other: 2 cores)."""
     out = tmp_path_factory.mktemp("zero")
     runs = {}
-    for name, extra in (("ddp", []), ("zero2", ["train.zero=2"]), ("zero3", ["train.zero=3"])):
+    sides = [("ddp", [])] + [(f"zero{n}", [f"train.zero={n}"]) for n in (1, 2, 3)]
+    for name, extra in sides:
         err = finish(start(RECIPES / "cls.toml", out, name, *CLS_SETS, *extra))
         runs[name] = out / "cls" / name
         runs[f"{name}-log"] = err  # type: ignore[assignment]
     return runs
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_trains_as_ddp_and_saves_an_ordinary_model(cls_runs, stage):
     ddp, zero = cls_runs["ddp"], cls_runs[f"zero{stage}"]
     a, b = losses(ddp), losses(zero)

@@ -74,7 +74,7 @@ def test_the_switches_are_off_by_default():
 
 # The one place that starts a process: `nlptasks run --nproc N` re-runs the same command under
 # torchrun, as an argument list (torchrun_command), never through a shell.
-LAUNCHER = ("nlptasks/pipeline/launch.py", "subprocess.call(command)")
+LAUNCHER = ("nlptasks/pipeline/launch.py", "status = subprocess.call(command, preexec_fn=_torchrun_dies_with_us)")
 TUNE_WORKERS = ("nlptasks/tune/study.py", "procs.append(subprocess.Popen(command, env=env))")  # --workers K: argv list
 
 
