@@ -137,8 +137,10 @@ def test_full_fine_tuning_keeps_a_frozen_start_as_reference_and_resumes_after_a_
     code, _, err = cli("eval", full, "--data", DATA / "test.jsonl", "--output", out)
     assert code == 0, err
     got = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["test"]
-    assert got["reward_accuracy"] == pytest.approx(metrics["test"]["reward_accuracy"])
-    assert got["reward_margin"] == pytest.approx(metrics["test"]["reward_margin"], rel=1e-4)
+    # a separate reference model: within ~1e-3 in bf16 (docs/tasks/dpo.md), so one near-tie pair may flip
+    assert got["reward_accuracy"] == pytest.approx(metrics["test"]["reward_accuracy"], abs=1 / 48 + 1e-9)
+    assert got["reward_margin"] == pytest.approx(metrics["test"]["reward_margin"], rel=2e-3)
+    assert got["loss"] == pytest.approx(metrics["test"]["loss"], rel=2e-3)
 
     crashed = crashed_copy(full, 24, runs / "dpo" / "crashed")
     code, _, err = cli(*full.argv, "--resume", crashed)
