@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _docs  # noqa: E402
 from _harness import COMPETE_HELP, ROOT, competing_jobs, setup, versions  # noqa: E402
+from cls_overhead import nlptasks_overrides  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "sst2-minilm.toml"
 DATA = ROOT.parent / "shared" / "data" / "sst2"
@@ -111,20 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     info = _docs.start(__file__, argv)
     model, work = setup(args.model, args.work_dir, "zero_cpu_")
-    data = args.data_dir.resolve()
-    base = [
-        f"model.name_or_path={json.dumps(model)}",
-        f"data.train={json.dumps(str(data / 'train.csv'))}",
-        f"data.validation={json.dumps(str(data / 'validation.csv'))}",
-        f"data.test={json.dumps(str(data / 'test.csv'))}",
-        f"data.max_train_rows={args.train_rows}",
+    args.epochs = 1.0
+    base = [  # the SST-2 overhead benchmark's settings (fp32, no evaluation during training), 2 processes
+        *nlptasks_overrides(args, model, work / "runs"),
         "data.max_eval_rows=400",
-        "train.epochs=1",
         f"train.batch_size={args.batch_size}",
-        'train.eval_strategy="no"',
-        'train.precision="fp32"',
-        f"output.dir={json.dumps(str(work / 'runs'))}",
-        "output.overwrite=true",
     ]
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread per process: 2 processes on 2 cores
     results = {}
