@@ -44,12 +44,19 @@ def load_start(ctx: RunContext) -> Any:
     manifest = start_manifest(name)
     if manifest is None:
         return load_model(ctx, "AutoModelForCausalLM")
+    model = _run_model(name, manifest)
+    ctx.log.info("starting from run %s (%s)", name, type(model).__name__)
+    return model
+
+
+def _run_model(name: str, manifest: dict[str, Any]) -> Any:
+    """A run's model as dpo uses it, for training and for ``eval`` alike: an adapter merged into its
+    base, and a packed sft run's segment attention replaced by sdpa (pairs are padded, not packed)."""
     model = load_trained_model(name, manifest, "AutoModelForCausalLM")
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     if getattr(model.config, "_attn_implementation", "") not in ("eager", "sdpa"):
-        model.set_attn_implementation("sdpa")  # a packed sft run's segment attention: pairs are padded, not packed
-    ctx.log.info("starting from run %s (%s)", name, type(model).__name__)
+        model.set_attn_implementation("sdpa")
     return model
 
 
@@ -69,5 +76,4 @@ def reference_of_run(ctx: RunContext) -> Any:
                 f"the run's reference, the model it started from ({name}), cannot be loaded: {str(exc).splitlines()[0]}",
                 hint="A full (adapter-less) dpo run is scored against its start: keep that folder where it was.",
             ) from None
-    model = load_trained_model(name, manifest, "AutoModelForCausalLM")
-    return model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    return _run_model(name, manifest)  # as the run loaded it: the same attention, the same merge
