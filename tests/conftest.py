@@ -378,6 +378,15 @@ def build_app(state):
     return create_app(state)
 
 
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now (for a server or a rendezvous a test starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @contextlib.contextmanager
 def running(app):
     """``app`` on uvicorn in a thread, on a free port of 127.0.0.1; yields the base URL."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, ROOT, TINY, communicate, run_process
+from conftest import RECIPES, ROOT, TINY, communicate, free_port, run_process
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 SETS = [
@@ -41,14 +41,6 @@ def _sets(*extra: str) -> list[str]:
     return out
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str, accelerate: bool = False) -> list[dict]:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     if accelerate:  # accelerate's torchrun-based launcher; on CPU processes the engine asks for gloo
@@ -60,7 +52,7 @@ def _worker(nproc: int, out: Path, runs: Path, name: str, *extra: str, accelerat
             "--num_processes",
             str(nproc),
             "--main_process_port",
-            str(_free_port()),
+            str(free_port()),
         ]
     command = [
         *(launcher if nproc > 1 else [sys.executable]),
@@ -254,7 +246,7 @@ def test_two_nodes_train_exactly_as_two_processes_on_one(tmp_path):
     from nlptasks.engine.system.distributed import launcher_args
 
     one_node = _worker(2, tmp_path / "w1", tmp_path / "runs", "one")
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
 
     def node(r: int) -> list[str]:
         return [
@@ -377,7 +369,7 @@ def test_two_nodes_killed_on_one_mid_epoch_resume_to_the_uninterrupted_metrics(t
             command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
 
-    rdzv = f"127.0.0.1:{_free_port()}"
+    rdzv = f"127.0.0.1:{free_port()}"
     nodes = [node(r, rdzv) for r in (0, 1)]
     run_dir = tmp_path / "cls" / "nodes"
     # 75 steps an epoch (1,200 rows, 2 ranks of batch 8); killed in the second epoch
@@ -397,7 +389,7 @@ def test_two_nodes_killed_on_one_mid_epoch_resume_to_the_uninterrupted_metrics(t
     steps = sorted(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("checkpoint-*"))
     assert 110 <= steps[-1] < 150, steps
 
-    rdzv = f"127.0.0.1:{_free_port()}"
+    rdzv = f"127.0.0.1:{free_port()}"
     again = [node(r, rdzv, "--resume") for r in (0, 1)]
     outputs = [communicate(p) for p in again]
     for proc, (_, err) in zip(again, outputs, strict=True):

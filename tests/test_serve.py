@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import IDLE_S, RECIPES, ROOT, TINY_DECODER, communicate, tiny_run, wait_for
+from conftest import IDLE_S, RECIPES, ROOT, TINY_DECODER, communicate, free_port, tiny_run, wait_for
 
 pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
@@ -379,12 +378,6 @@ def test_names_are_checked_before_loading(trained, cli, tmp_path):
 
 
 # -- a real server -----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_client_that_leaves_does_not_disturb_the_others(models):

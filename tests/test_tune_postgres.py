@@ -16,7 +16,6 @@ import glob
 import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ pytestmark = [
 
 from test_tune import env, recipe, sets  # noqa: E402
 
+from conftest import free_port  # noqa: E402
 from nlptasks.tune import owners  # noqa: E402
 from nlptasks.tune.results import state_of  # noqa: E402
 from nlptasks.tune.study import database_url  # noqa: E402
@@ -48,12 +48,6 @@ def _server_bin() -> Path | None:
         if (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
             return Path(folder)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +67,7 @@ def postgres():
             shutil.rmtree(folder)
             pytest.skip("running as root and there is no 'postgres' user to run the server as")
         prefix = ["runuser", "-u", "postgres", "--"]
-    data, port = folder / "data", _free_port()
+    data, port = folder / "data", free_port()
     subprocess.run(
         [*prefix, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync"],
         check=True,

@@ -12,10 +12,10 @@ if TYPE_CHECKING:
     from nlptasks.recipe import Recipe
 
 __all__ = [
-    "deepspeed_problems",
     "check_machine",
     "cpu_has_bf16",
     "cpu_name",
+    "deepspeed_problems",
     "from_pretrained_kwargs",
     "machine_problems",
 ]

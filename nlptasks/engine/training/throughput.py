@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.system.distributed import rank, world_size
 from nlptasks.engine.system.machine import cpu_name
 
 __all__ = [
@@ -76,16 +77,6 @@ _GPU_PEAKS = {
 }
 
 
-def _rank() -> tuple[int, int]:
-    """``(rank, world size)`` of this process (``(0, 1)`` outside a distributed run)."""
-    import torch
-
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def rank_totals_file(checkpoint: str | Path, rank: int) -> Path:
     """Where rank ``rank`` of a distributed run records its own totals in a checkpoint (the
     checkpoint's ``trainer_state.json`` is rank 0's alone)."""
@@ -98,10 +89,9 @@ def restored_totals(checkpoint: str | Path | None) -> dict[str, Any]:
     there is no checkpoint, or it recorded none (a checkpoint of an older nlptasks)."""
     if checkpoint is None:
         return {}
-    rank, world = _rank()
     try:
-        if world > 1:
-            saved = json.loads(rank_totals_file(checkpoint, rank).read_text(encoding="utf-8"))
+        if world_size() > 1:
+            saved = json.loads(rank_totals_file(checkpoint, rank()).read_text(encoding="utf-8"))
         else:
             state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
             saved = state["stateful_callbacks"][TOTALS]["attributes"]
@@ -141,11 +131,10 @@ def count_training_tokens(trainer: Any, resume_from: str | Path | None = None) -
             return {"args": {}, "attributes": {k: counts[k] for k in keys}}
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            rank, world = _rank()
-            if world > 1:
+            if world_size() > 1:
                 folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
                 folder.mkdir(parents=True, exist_ok=True)
-                rank_totals_file(folder, rank).write_text(json.dumps({k: counts[k] for k in keys}), encoding="utf-8")
+                rank_totals_file(folder, rank()).write_text(json.dumps({k: counts[k] for k in keys}), encoding="utf-8")
 
     trainer.training_step = training_step
     trainer.add_callback(TrainingTotals())

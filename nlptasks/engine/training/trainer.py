@@ -132,9 +132,6 @@ def make_training_arguments(kwargs: dict[str, Any]) -> Any:
                 ],
                 hint="DeepSpeed: docs/optimize.md#deepspeed-zero.",
             )
-        from nlptasks.engine.training.deepspeed import deepspeed_config
-
-        kwargs = {**kwargs, "deepspeed": deepspeed_config(kwargs["deepspeed"])}
     try:
         return TrainingArguments(**kwargs)
     except (ValueError, TypeError) as exc:
