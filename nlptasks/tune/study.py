@@ -11,8 +11,8 @@ command again finishes what is missing.
 A trial whose process was killed stays ``RUNNING`` in the database: before counting, each process
 fails the trials whose owner is dead (:mod:`~nlptasks.tune.owners`: the process gone on this
 machine, a silent heartbeat, no owner recorded); their values are queued again and they do not
-count.  Before each trial the sampler is seeded from ``tune.seed``, the worker index and the number
-of trials the study has, so a resumed study does not draw its first values again and processes
+count.  Before each trial draws its values the sampler is seeded from ``tune.seed``, the worker
+index and the trial's number, so a resumed study does not draw its first values again and processes
 on several machines running the same command do not draw the same ones.  On one machine a lock file in the study folder makes "count, then ask for a
 trial" one step, so two processes never start more trials than the study needs.
 """
@@ -354,6 +354,16 @@ def tune(
         finished, _ = _counts(the_study)
         log(f"study {name}: {finished}/{total} trials finished; {study_dir}")
     holder: list[Callable[[], None]] = []
+
+    def before(trial: Any) -> None:
+        if holder:
+            holder[-1]()  # release the study folder's lock: the trial and its owner are recorded
+        # before the trial draws its values, the sampler is seeded from the trial's number, which
+        # the database gives each trial once: processes on other machines running the same command
+        # (same seed) never draw the same values, even when they ask at the same moment (a count
+        # of the study's trials, taken before asking, could be the same in both)
+        the_study.sampler = sampler_for(tune_table.sampler, seed_of(loaded, worker_index), trial.number)
+
     setup = TrialSetup(
         recipe=recipe,
         overrides=overrides,
@@ -363,7 +373,7 @@ def tune(
         prune=tune_table.pruner != "none",
         host=host,
         trials=total,
-        before=lambda trial: holder[-1]() if holder else None,
+        before=before,
         counted=_is_counted(the_study, total),
     )
     locked = url.startswith("sqlite") and os.name == "posix"  # every process on it takes the lock (flock)
@@ -385,11 +395,6 @@ def tune(
                     release()
                     time.sleep(WAIT_POLL)
                     continue
-                # seeded again from the trials the study has now (queued ones not counted: the count
-                # grows by one with each trial asked for), so processes on other machines running
-                # the same command (same seed) do not draw the same values
-                existing = sum(t.state.name != "WAITING" for t in the_study.get_trials(deepcopy=False))
-                the_study.sampler = sampler_for(tune_table.sampler, seed_of(loaded, worker_index), existing)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     the_study.optimize(
