@@ -95,3 +95,30 @@ def competing_jobs(n: int) -> Iterator[None]:
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def measure_like_a_run(run_dir: Path, threads: int) -> None:
+    """What ``nlptasks run`` records at its end, for a run copied without its ``deployments.json``:
+    its weights in bf16 against fp32 on this CPU, where the CPU has native bf16 (``threads`` torch
+    threads), so the defaults choose as they would for a run trained now."""
+    import torch
+
+    from nlptasks.pipeline.measuring import measure_precisions
+
+    torch.set_num_threads(threads)
+    measure_precisions(run_dir)
+
+
+def answering(run_dir: Path) -> str:
+    """What a load of ``run_dir`` with every choice ``auto`` answers with, in words."""
+    from nlptasks import LoadOptions
+    from nlptasks.engine.io.rundir import read_manifest
+    from nlptasks.inference.loading import prepare_load
+    from nlptasks.inference.precision import inference_precision
+
+    prepared = prepare_load(run_dir, LoadOptions())
+    if prepared.folder != run_dir:
+        return f"{prepared.folder.name} (its recorded export)"
+    precision = inference_precision(prepared.options, read_manifest(run_dir).get("precision"))[1]
+    measured = " (measured at the end of the run)" if prepared.options.precision != "auto" else ""
+    return f"torch {precision} (the run's weights){measured}"

@@ -93,6 +93,8 @@ def main() -> int:
 
     hf_logging.disable_progress_bar()
     torch.set_num_threads(args.threads)
+    if args.model:
+        _harness.measure_like_a_run(run_dir, args.threads)
     info = _docs.start(__file__)
     with _harness.competing_jobs(args.compete):
         figures = measure(args, run_dir, work, texts)
@@ -132,7 +134,6 @@ def measure(args: argparse.Namespace, run_dir: Path, work: Path, texts: list[str
     import nlptasks
     from nlptasks import LoadOptions
     from nlptasks.errors import NlptasksError
-    from nlptasks.inference.loading import prepare_load
     from nlptasks.inference.precision import inference_precision
 
     torch_predictor = nlptasks.load(run_dir, backend="torch")  # the run's own weights in fp32
@@ -160,8 +161,7 @@ def measure(args: argparse.Namespace, run_dir: Path, work: Path, texts: list[str
     onnx = _onnx_rows(run_dir, work, args.data, texts, torch_rows) if _has_onnxruntime() else {}
 
     # the defaults, after the exports recorded themselves in the run: what `nlptasks infer --model RUN` answers with
-    chosen = prepare_load(run_dir, LoadOptions()).folder
-    answering = "torch fp32 (the run's weights)" if chosen == run_dir else f"{chosen.name} (its recorded export)"
+    answering = _harness.answering(run_dir)
     defaults = nlptasks.load(run_dir)
     ours, ours_s = _stream(defaults, args.data, work / "ours.jsonl")
     one, one_s = _one_at_a_time(defaults, texts)

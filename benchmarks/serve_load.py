@@ -133,6 +133,8 @@ def main() -> int:
         ignore = shutil.ignore_patterns("checkpoints", "eval", "deployments.json")
         shutil.copytree(args.model, work / "run", ignore=ignore)
     run_dir = work / "run" if args.model else train(work, args.train_rows)
+    if args.model:
+        _harness.measure_like_a_run(run_dir, args.threads)
     verdict = export(run_dir, work, args.export) if args.export != "none" else []
     with args.data.open(encoding="utf-8", newline="") as fh:
         texts = [row["text"] for row in csv.DictReader(fh)][: args.texts]
@@ -333,12 +335,9 @@ def reference(run_dir: Path, texts: list[str], threads: int) -> tuple[dict[str, 
     import torch
 
     import nlptasks
-    from nlptasks import LoadOptions
-    from nlptasks.inference.loading import prepare_load
 
     torch.set_num_threads(threads)
-    chosen = prepare_load(run_dir, LoadOptions()).folder
-    answering = "the run's own weights (torch fp32)" if chosen == run_dir else f"its export {chosen.name}"
+    answering = _harness.answering(run_dir)
     expected, ceiling = {}, {}
     for side, options in (("ours", {}), ("torch", {"backend": "torch"})):
         predictor = nlptasks.load(run_dir, **options)

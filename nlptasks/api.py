@@ -63,8 +63,8 @@ def load(
 
     The keyword arguments are the :class:`nlptasks.LoadOptions` of this load (or pass ``options``
     whole), as ``nlptasks infer``'s flags: ``adapter`` / ``base_only`` for runs trained with
-    ``[peft]``; ``precision`` (``auto``: the run's own training precision where the device has
-    it, else fp32);
+    ``[peft]``; ``precision`` (``auto``: what the run measured on this CPU at its end, bf16 or
+    fp32; unmeasured here, the run's own training precision where the device has it, else fp32);
     ``backend`` (``auto``: ONNX Runtime for a folder made by ``nlptasks export --onnx``; for a run,
     the fastest export of it measured agreeing with its fp32 weights on this machine, when there is
     one; torch otherwise; or a plugin's backend); ``device``; ``batch_size`` and ``max_length``; ``threads``

@@ -44,7 +44,14 @@ from nlptasks.engine.training.trainer import (
 )
 from nlptasks.errors import DataError, NlptasksError, PluginError, Problem, RecipeError
 from nlptasks.hookspecs import hookimpl
-from nlptasks.inference.forward import predict_logits, predict_per_token, sigmoid, softmax
+from nlptasks.inference.forward import (
+    exact_multiple,
+    length_batches,
+    predict_logits,
+    predict_per_token,
+    sigmoid,
+    softmax,
+)
 from nlptasks.inference.runs import load_run, load_trained_model
 from nlptasks.labels import label_text, sort_labels, unique_labels
 from nlptasks.metrics import choose_thresholds, classification_report, correlations, multilabel_report
@@ -97,6 +104,8 @@ API_GROUPS: dict[str, list[str]] = {
         "input_words",
         "predict_logits",
         "predict_per_token",
+        "length_batches",
+        "exact_multiple",
         "softmax",
         "sigmoid",
     ],
@@ -145,6 +154,7 @@ __all__ = [
     "correlations",
     "duplicates",
     "evaluate_split",
+    "exact_multiple",
     "filter_rows",
     "get_tokenizer",
     "hookimpl",
@@ -161,6 +171,7 @@ __all__ = [
     "load_model",
     "load_run",
     "load_trained_model",
+    "length_batches",
     "make_training_arguments",
     "multilabel_report",
     "numbered_jsonl",

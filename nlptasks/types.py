@@ -384,9 +384,11 @@ class LoadOptions:
     there to :func:`nlptasks.plugin.load_run`.  Nothing else decides how a model is loaded: two
     loads with different options in one process are independent.
 
-    :param precision: ``auto`` (the precision the run was trained and evaluated in, where the
-        device computes in it: bf16 for a bf16 run on a GPU or CPU with bf16; else fp32), ``fp32``, or
-        ``bf16`` (a CUDA GPU with bf16, or a CPU that computes in bf16 natively).
+    :param precision: ``auto`` (what the run measured at its end on this machine's CPU, recorded in
+        its ``deployments.json``: bf16 where it agreed with fp32, did not depend on the batch and was
+        faster, else fp32; a run not measured here: the precision it was trained and evaluated in,
+        where the device computes in it: bf16 for a bf16 run on a GPU or CPU with bf16; else fp32),
+        ``fp32``, or ``bf16`` (a CUDA GPU with bf16, or a CPU that computes in bf16 natively).
     :param backend: the runtime that loads the folder: ``auto`` (the backend whose export the folder
         is, e.g. ``onnx`` for ``nlptasks export --onnx``; for a run loaded with ``precision``,
         ``device`` and the adapter left to their defaults, the fastest export of it that ``nlptasks

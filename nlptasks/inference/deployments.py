@@ -1,26 +1,36 @@
 """What ``auto`` answers a run with: the fastest configuration that this run has shown to agree with
 its own fp32 weights, on this machine.
 
-``nlptasks export RUN --onnx OUT`` (any ``--quantize``) measures the export against the run's torch
-weights in fp32 on the run's validation rows (else its training rows; never its test rows, which
-stay for reporting) and records the result in ``RUN/deployments.json``, one entry per export folder:
-the answers compared (:func:`agreement`), the rows per second of each side batched and one at a
-time, the machine and the checksums of both folders.  A later load of ``RUN`` with every choice
-left to ``auto`` (``LoadOptions()``: ``nlptasks infer``, ``serve``, ``eval`` and ``nlptasks.load``
-without ``--backend``, ``--precision``, ``--adapter``) answers with the recorded export that
+Two things are measured against the run's torch weights in fp32, on the run's validation rows
+(else its training rows; never its test rows, which stay for reporting), and recorded in
+``RUN/deployments.json``, one entry per configuration:
+
+* ``nlptasks export RUN --onnx OUT`` (any ``--quantize``) measures the export ``OUT``;
+* ``nlptasks run`` measures, at its end, the run's own weights in bf16 where the CPU computes in
+  bf16 natively (:func:`nlptasks.pipeline.measuring.measure_precisions`).
+
+Each entry holds the answers compared (:func:`agreement`), whether the configuration's answers one
+at a time are its batched ones, the rows per second of each side batched and one at a time, the
+machine and the checksums of the folders.  A later load of ``RUN`` with every choice left to
+``auto`` (``LoadOptions()``: ``nlptasks infer``, ``serve``, ``eval`` and ``nlptasks.load`` without
+``--backend``, ``--precision``, ``--adapter``) answers with the recorded configuration that
 
 * agrees: every discrete field the validation file holds (a ``label``, ner's ``tags``) scores
   within :data:`TOLERANCE_POINTS` points of fp32 torch, or, where there is none to score, the
   discrete answers are identical and floats within :data:`FLOAT_TOLERANCE`; and its answers do
-  not depend on the batch (the export records an ``int8-dynamic`` one as not agreeing);
+  not depend on the batch (the same discrete answers one at a time, floats within
+  :data:`BATCH_TOLERANCE`; an ``int8-dynamic`` export never qualifies);
 * was measured on this machine's CPU (speed is a property of the machine) and loads on the CPU;
 * is faster: at least :data:`MIN_SPEEDUP` times the run's rows per second batched, and not slower
   one at a time;
 * is still the folder that was measured (its ``SHA256SUMS`` unchanged, exported from this run,
   whose ``SHA256SUMS`` is unchanged too);
 
-the fastest of them.  Otherwise the run's own weights answer, as before.  The choice is logged
-(``nlptasks`` logger, INFO) with its figures and the flag that turns it off (``--backend torch``).
+the fastest of them (by its speed-up over fp32 batched).  Otherwise the run's own weights answer:
+in fp32 when its precisions were measured on this CPU (bf16 did not qualify), else in the
+precision :func:`nlptasks.inference.precision.auto_precision` gives (a run measured nowhere: one
+trained before these measurements, or on a GPU).  The choice is logged (``nlptasks`` logger, INFO)
+with its figures and the flag that turns it off (``--backend torch``, ``--precision fp32``).
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from nlptasks.engine.system.machine import cpu_name
 from nlptasks.types import LoadOptions
 
 __all__ = [
+    "BATCH_TOLERANCE",
     "DEPLOYMENTS",
     "FLOAT_TOLERANCE",
     "MIN_SPEEDUP",
@@ -60,6 +71,9 @@ TOLERANCE_POINTS = 0.3
 """Largest drop, in points of accuracy of a discrete field, that still counts as agreeing with fp32."""
 FLOAT_TOLERANCE = 1e-3
 """Largest float difference that agrees with fp32 where the task has no discrete field to score."""
+BATCH_TOLERANCE = 1e-4
+"""Largest float difference between a row's answer alone and in a batch that still counts as not
+depending on the batch (the parity tests' tolerance in fp32)."""
 MIN_SPEEDUP = 1.05
 """A deployment answers for the run only when it measured at least this much faster (noise margin)."""
 
@@ -198,21 +212,35 @@ def choose_deployment(run_dir: Path, manifest: Mapping[str, Any], options: LoadO
     if options.device == "auto" and torch.cuda.is_available():
         return Choice(run_dir, options)  # measured on the CPU; the run's weights go to the GPU
     run_digest, cpu = folder_digest(run_dir), cpu_name()
-    usable = []
+    usable, precisions = [], []
     for entry in entries:
         why = _usable(entry, run_dir, run_digest, cpu)
+        if entry.get("backend") == "torch" and entry.get("cpu") == cpu and entry.get("run_digest") == run_digest:
+            precisions.append((entry, why))
         if why is None:
             usable.append(entry)
         else:
-            _log.debug("%s: recorded deployment %s not used: %s", run_dir, entry.get("folder"), why)
+            _log.debug("%s: recorded configuration %s not used: %s", run_dir, entry.get("label"), why)
     if not usable:
-        return Choice(run_dir, options)
-    best = max(usable, key=lambda e: float(e["speed"]["batched"]))
+        if not precisions:
+            return Choice(run_dir, options)
+        entry, why = precisions[-1]
+        _log.info(
+            "answering with %s in fp32: %s was measured on %s rows of %s and is not used: %s",
+            run_dir,
+            entry.get("label"),
+            entry.get("rows"),
+            entry.get("file"),
+            why,
+        )
+        return Choice(run_dir, options.but(backend="torch", precision="fp32"))
+    best = max(usable, key=lambda e: (speedups(e) or (0.0, 0.0))[0])
     folder = Path(best["folder"])
     batched, single = speedups(best) or (0.0, 0.0)
+    torch_entry = best.get("backend") == "torch"
     _log.info(
-        "answering with %s (%s): measured on %s rows of %s: %s; %.2fx the run's rows/s batched, %.2fx one at a "
-        "time. For the run's own weights: --backend torch",
+        "answering with %s (%s): measured on %s rows of %s: %s; %.2fx the run's fp32 rows/s batched, %.2fx one at "
+        "a time. For the run's own weights in fp32: %s",
         folder,
         best.get("label", best.get("backend")),
         best.get("rows"),
@@ -220,5 +248,9 @@ def choose_deployment(run_dir: Path, manifest: Mapping[str, Any], options: LoadO
         best.get("why"),
         batched,
         single,
+        "--precision fp32" if torch_entry else "--backend torch",
     )
-    return Choice(folder, options.but(backend=str(best.get("backend", "auto"))))
+    chosen = options.but(backend=str(best.get("backend", "auto")))
+    if torch_entry:  # the run itself, as it was given (its adapter chosen), in the measured precision
+        return Choice(run_dir, chosen.but(precision=str(best.get("precision", "fp32"))))
+    return Choice(folder, chosen)

@@ -62,6 +62,7 @@ class EvalResult:
     dropped: dict[str, int] = field(default_factory=dict)
     errors: int | None = None  # None: the task does not list its errors
     seconds: float = 0.0
+    precision: str | None = None  # what the Trainer computed in (fp32, bf16, fp16)
 
     @property
     def rows_per_second(self) -> float:
@@ -110,6 +111,8 @@ def evaluate_run(
             raise NlptasksError(f"--data {f}: no such file or folder")
     overrides = list(overrides)
     _refuse_model_overrides(overrides)
+    if options.precision != "auto" and not any(o.strip().startswith("train.precision") for o in overrides):
+        overrides.append(f"train.precision={options.precision}")  # scored in the precision infer answers in
     recipe_file = run_dir / "recipe.toml"
     try:
         raw = tomllib.loads(recipe_file.read_text(encoding="utf-8"))
@@ -244,6 +247,7 @@ def _score(
         dropped=dropped,
         errors=None if errors is None else len(errors),
         seconds=seconds,
+        precision="bf16" if trainer.args.bf16 else "fp16" if trainer.args.fp16 else "fp32",
     )
     shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)  # the Trainer's output folder: nothing is trained
     _write(ctx, run_dir, result, errors, sections)
@@ -288,6 +292,7 @@ def _write(
             "errors": result.errors,
             "seconds": round(result.seconds, 1),
             "rows_per_second": round(result.rows_per_second, 1),
+            "precision": result.precision,
         },
     )
     if errors is not None:

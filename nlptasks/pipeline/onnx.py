@@ -3,19 +3,10 @@ and its measurement through the task's own predictor.
 
 After exporting, the run's predictor is loaded twice, on the torch run and on the ONNX folder, and
 called on the inputs of the run's test file (up to ``rows``; validation, then train, when the run
-had no test file): every result is compared field by field.  Measured, and written into the
-exported manifest (``onnx.measured``) and model card:
-
-* ``changed``: inputs whose discrete results (labels, tags, entity types and spans: every value
-  that is not a float) differ between torch and ONNX;
-* ``max_score_diff``: the largest difference of any float (scores, similarities);
-* ``gold``: for each discrete result field that the file's rows also hold (a ``label`` column,
-  ner's ``tags``, a multi-label run's ``labels``; not a float such as a pair run's predicted
-  ``score`` beside a 0-5 ``score`` column, nor a list beside a csv cell), the accuracy of torch
-  and of ONNX against the file and the change in points (lists such as tags, one per token, count
-  element by element; lists of another length than the file's, such as a multi-label run's
-  labels, count a row as right when they hold the same items).  A field equal to the file's in every row for both
-  backends is left out: the input's echo (the text, the tokens), or nothing to report.
+had no test file): every result is compared field by field
+(:func:`nlptasks.pipeline.measuring.compare_results`: changed answers, the largest float
+difference, the accuracy of each side on the fields the file holds), and the figures written into
+the exported manifest (``onnx.measured``) and model card.
 
 ``export`` warns when a gold accuracy drops by more than ``max_drop`` points.
 
@@ -33,39 +24,14 @@ from typing import Any
 
 from nlptasks.engine.io.outputs import atomic_folder
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json, write_text_atomic
-from nlptasks.engine.system.machine import cpu_name
-from nlptasks.inference.deployments import DEPLOYMENTS, agreement, folder_digest, record_deployment, refusal, speedups
+from nlptasks.inference.deployments import DEPLOYMENTS, folder_digest, record_deployment, refusal, speedups
 from nlptasks.inference.loading import load_predictor
 from nlptasks.inference.onnx_export import DEFAULT_OPSET, export_onnx
 from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
-from nlptasks.inference.streaming import iter_file
+from nlptasks.pipeline.measuring import compare_results, measure_deployment, refuses, sample_rows
 from nlptasks.types import LoadOptions
 
 __all__ = ["compare_results", "export_and_measure", "measure", "measure_deployment", "refuses", "sample_rows"]
-
-
-def sample_rows(
-    manifest: dict[str, Any], limit: int, splits: tuple[str, ...] = ("test", "validation", "train")
-) -> tuple[str | None, str | None, list[Any]]:
-    """``(split, file, rows)``: up to ``limit`` rows of the run's first split in ``splits`` (test,
-    else validation, else train) that is a local file the generic reader reads, as the dicts a
-    predictor takes; ``(None, None, [])`` when there is none."""
-    sources = (manifest.get("data") or {}).get("sources") or {}
-    for split in splits:
-        source = sources.get(split)
-        if not isinstance(source, str) or not Path(source).is_file():
-            continue
-        rows = []
-        try:
-            for row in iter_file(Path(source)):
-                rows.append(row)
-                if len(rows) >= limit:
-                    break
-        except Exception:  # noqa: BLE001 - a format the generic reader does not know: no measurement
-            continue
-        if rows:
-            return split, source, rows
-    return None, None, []
 
 
 def _own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -116,86 +82,6 @@ def _read_json(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _discrete(value: Any) -> Any:
-    """``value`` without its floats (what must be equal between backends)."""
-    if isinstance(value, dict):
-        return {k: _discrete(v) for k, v in value.items() if not isinstance(v, float)}
-    if isinstance(value, list):
-        return [_discrete(v) for v in value if not isinstance(v, float)]
-    return value
-
-
-def _float_gap(a: Any, b: Any) -> float:
-    if isinstance(a, float) and isinstance(b, float):
-        return abs(a - b)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return max((_float_gap(a[k], b[k]) for k in a.keys() & b.keys()), default=0.0)
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return max((_float_gap(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
-    return 0.0
-
-
-def _hits(predicted: Any, gold: Any, as_set: bool = False) -> tuple[int, int]:
-    if isinstance(gold, list) and isinstance(predicted, list):
-        if as_set:  # a set of labels (multi-label): the row is right when the sets are equal
-            return int(sorted(map(str, predicted)) == sorted(map(str, gold))), 1
-        return sum(p == g for p, g in zip(predicted, gold, strict=False)), len(gold)
-    return int(str(predicted) == str(gold)), 1
-
-
-def _comparable(key: str, rows: list[Any], results: list[dict[str, Any]]) -> tuple[bool, bool]:
-    """``(comparable, as_set)`` for a result field that the file's rows also hold: a list answer
-    is compared with a list in the file only (a csv cell ``joy|fear`` is another shape), element by
-    element when every row's lists have one length (tags), else as a set (labels)."""
-    pairs = [
-        (r[key], row[key])
-        for row, r in zip(rows, results, strict=True)
-        if isinstance(row, dict) and key in row and key in r
-    ]
-    lists = [isinstance(a, list) for a, _ in pairs]
-    if any(lists) and not all(isinstance(a, list) and isinstance(b, list) for a, b in pairs):
-        return False, False
-    return True, any(lists) and any(len(a) != len(b) for a, b in pairs)
-
-
-def compare_results(
-    rows: list[Any], torch_results: list[dict[str, Any]], onnx_results: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The figures described in the module docstring, for results of the same inputs."""
-    changed = sum(_discrete(a) != _discrete(b) for a, b in zip(torch_results, onnx_results, strict=True))
-    gap = max((_float_gap(a, b) for a, b in zip(torch_results, onnx_results, strict=True)), default=0.0)
-    gold: dict[str, Any] = {}
-    keys = {
-        k for row, r in zip(rows, torch_results, strict=True) if isinstance(row, dict) for k in r.keys() & row.keys()
-    }
-    for key in sorted(keys):
-        if any(isinstance(r.get(key), float) for r in torch_results):
-            continue  # a probability or a predicted number: no discrete answer to count as right or wrong
-        comparable, as_set = _comparable(key, rows, torch_results)
-        if not comparable:
-            continue
-        counts = {"torch": [0, 0], "onnx": [0, 0]}
-        echo = True
-        for row, a, b in zip(rows, torch_results, onnx_results, strict=True):
-            if not isinstance(row, dict) or key not in row or key not in a:
-                continue
-            for name, result in (("torch", a), ("onnx", b)):
-                hit, total = _hits(result.get(key), row[key], as_set)
-                counts[name][0] += hit
-                counts[name][1] += total
-            echo = echo and a[key] == row[key] == b[key]
-        if echo or not counts["torch"][1]:
-            continue
-        t, o = (counts[n][0] / counts[n][1] for n in ("torch", "onnx"))
-        gold[key] = {
-            "torch": round(t, 6),
-            "onnx": round(o, 6),
-            "change_points": round(100 * (o - t), 4),
-            "items": counts["torch"][1],
-        }
-    return {"inputs": len(rows), "changed": changed, "max_score_diff": gap, "gold": gold}
-
-
 def measure(
     manifest: dict[str, Any], torch_predictor: Any, onnx_predictor: Any, rows_limit: int = 2000
 ) -> dict[str, Any]:
@@ -210,87 +96,6 @@ def measure(
     result = compare_results(rows, torch_predictor(rows), onnx_predictor(rows))
     result["file"] = source
     return result
-
-
-def refuses(predictor: Any, rows: list[Any], source: str | None) -> str | None:
-    """Why the task's predictor does not take the data file's rows as inputs (an mlm run answers
-    texts with mask tokens, not its training texts), or ``None`` when it answers the first one."""
-    from nlptasks.errors import NlptasksError
-
-    try:
-        predictor(rows[:1])
-    except NlptasksError as exc:
-        return f"not measured: the task's predictor does not take the rows of {source} as inputs ({exc})"
-    return None
-
-
-def _rates(
-    predictor: Any, rows: list[Any], repeats: int = 2, single_rows: int = 32
-) -> tuple[list[Any], dict[str, float]]:
-    """``(results, {"batched": rows/s, "single": rows/s})``: ``predictor`` on ``rows`` in its own
-    batches (best of ``repeats``, after a warm-up) and one row at a time on the first ``single_rows``."""
-    import time
-
-    predictor(rows[:8])
-    best, results = float("inf"), []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        results = predictor(rows)
-        best = min(best, time.perf_counter() - started)
-    few = rows[:single_rows]
-    started = time.perf_counter()
-    for row in few:
-        predictor([row])
-    single = time.perf_counter() - started
-    return results, {"batched": round(len(rows) / best, 1), "single": round(len(few) / single, 1)}
-
-
-def measure_deployment(
-    run_dir: Path,
-    manifest: dict[str, Any],
-    out: Path,
-    label: str,
-    torch_predictor: Any,
-    onnx_predictor: Any,
-    rows_limit: int = 512,
-    batch_independent: bool = True,
-) -> dict[str, Any] | None:
-    """The export ``out`` (``label``: how it was made, ``onnx int8``) against the fp32 torch weights of
-    the run ``run_dir`` (its ``manifest``) on up to
-    ``rows_limit`` of the run's validation rows (else training rows, never test rows): answers
-    compared, agreement (:func:`nlptasks.inference.deployments.agreement`), rows per second of each
-    side; the entry ``RUN/deployments.json`` records (``None``: no local rows to measure on)."""
-    import datetime as _dt
-
-    import torch
-
-    split, source, rows = sample_rows(manifest, rows_limit, ("validation", "train"))
-    if not rows or refuses(torch_predictor, rows, source):
-        return None  # not measured: a load with auto options never answers with it
-    torch_results, run_speed = _rates(torch_predictor, rows)
-    onnx_results, speed = _rates(onnx_predictor, rows)
-    compared = compare_results(rows, torch_results, onnx_results)
-    agrees, why = agreement(compared)
-    if not batch_independent:  # opt-in only: auto never answers with what depends on its batch
-        agrees, why = False, f"{why}; but its answers depend on the rows batched with it (dynamic quantization)"
-    return {
-        "folder": str(out.resolve()),
-        "backend": "onnx",
-        "label": label,
-        "split": split,
-        "file": source,
-        "rows": len(rows),
-        "compared": compared,
-        "agrees": agrees,
-        "why": why,
-        "speed": speed,
-        "run_speed": run_speed,
-        "run_precision": "fp32",
-        "cpu": cpu_name(),
-        "threads": torch.get_num_threads(),
-        "at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "run_digest": folder_digest(run_dir),
-    }
 
 
 def _quantization_lines(how: dict[str, Any]) -> list[str]:

@@ -143,6 +143,9 @@ def run(
         if io_error is None:
             raise
         raise write_error(io_error, output_dir) from None
+    if distributed.is_main():
+        with library_progress_bars(False):  # two loads of the saved model: not worth a bar each
+            measure_inference(ctx.log, output_dir)
     return RunResult(
         output_dir=output_dir,
         metrics=metrics,
@@ -153,6 +156,35 @@ def run(
 
 
 _TRAINING = "nlptasks.training_started"
+
+
+def measure_inference(log: logging.Logger, run_dir: Path) -> None:
+    """The run's own weights in bf16 against fp32, where this CPU has bf16 to choose
+    (:func:`nlptasks.pipeline.measuring.measure_precisions`), logged; a failure is a warning, never
+    the run's: the run is complete, and unmeasured it answers as before."""
+    from nlptasks.inference.deployments import refusal, speedups
+    from nlptasks.pipeline.measuring import measure_precisions
+
+    try:
+        entry = measure_precisions(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the run is saved; only the choice of precision is lost
+        log.warning("%s: bf16 inference not measured (%s); loads answer in the run's training precision", run_dir, exc)
+        return
+    if entry is None:
+        return
+    batched, single = speedups(entry) or (0.0, 0.0)
+    why = refusal(entry)
+    log.info(
+        "inference in bf16 on this CPU: %.2fx fp32 rows/s batched, %.2fx one at a time, on %d %s rows: %s; %s",
+        batched,
+        single,
+        entry["rows"],
+        entry["split"],
+        entry["why"],
+        "loads of the run answer in bf16 (--precision fp32 for fp32)"
+        if why is None
+        else f"loads answer in fp32: {why}",
+    )
 
 
 def _discard_if_refused(ctx: RunContext, output_dir: Path, fresh: bool) -> None:

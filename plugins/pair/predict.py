@@ -11,7 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlptasks.plugin import DataError, LoadOptions, input_fields, input_texts, load_run, predict_logits, softmax
+from nlptasks.plugin import (
+    DataError,
+    LoadOptions,
+    exact_multiple,
+    input_fields,
+    input_texts,
+    length_batches,
+    load_run,
+    predict_logits,
+    softmax,
+)
 
 
 def as_pairs(inputs: list[Any], col_a: str, col_b: str) -> list[tuple[str, str]]:
@@ -74,20 +84,21 @@ class BiEncoderPredictor:
         if not texts:
             return np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
         enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length)
-        order = sorted(range(len(texts)), key=lambda i: len(enc["input_ids"][i]))  # by tokens: least padding
         device = next(self.model.parameters()).device
+        multiple = exact_multiple(self.model)  # in bf16: an answer independent of its batch-mates
+        lengths = [len(ids) for ids in enc["input_ids"]]
         out: list[Any] = [None] * len(texts)
-        starts: Any = range(0, len(order), self.batch_size)
+        batches: Any = length_batches(lengths, self.batch_size, cpu=device.type == "cpu", multiple=multiple)
         if progress:
             from tqdm.auto import tqdm
 
-            starts = tqdm(starts, desc="embed", unit="batch")
+            batches = tqdm(batches, desc="embed", unit="batch")
         with torch.inference_mode():
-            for start in starts:
-                idx = order[start : start + self.batch_size]
+            for idx in batches:
                 batch = self.tokenizer.pad(
                     [{"input_ids": enc["input_ids"][i], "attention_mask": enc["attention_mask"][i]} for i in idx],
                     return_tensors="pt",
+                    pad_to_multiple_of=multiple,
                 )
                 ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
                 hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state

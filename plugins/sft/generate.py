@@ -9,6 +9,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nlptasks.plugin import exact_multiple, length_batches
+
 from .templates import render
 
 
@@ -45,7 +47,10 @@ def generate(
 
     Prompts are rendered with the tokenizer's (stored) chat template plus the generation prompt,
     sorted by length so each batch pads little, left-padded (a decoder continues from the right
-    end), and cut from the left to ``max_length`` tokens (the training length) when longer.
+    end), and cut from the left to ``max_length`` tokens (the training length) when longer.  In a
+    reduced precision each prompt is padded to a multiple of ``exact_multiple(model)`` tokens and
+    batched only with prompts of that padded length, so a greedy reply does not depend on its
+    batch-mates (:func:`nlptasks.plugin.exact_multiple`).
     """
     import torch
 
@@ -53,7 +58,9 @@ def generate(
     encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     if max_length is not None:
         encoded = [ids[-max_length:] for ids in encoded]
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    multiple = exact_multiple(model)
+    lengths = [len(ids) for ids in encoded]
+    batches = length_batches(lengths, batch_size, cpu=False, multiple=multiple)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     outputs: list[str] = [""] * len(encoded)
     was_training = model.training
@@ -61,9 +68,10 @@ def generate(
     device = next(model.parameters()).device
     try:
         with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                batch = order[start : start + batch_size]
+            for batch in batches:
                 width = max(len(encoded[i]) for i in batch)
+                if multiple:
+                    width = -(-width // multiple) * multiple
                 ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
                 mask = torch.zeros((len(batch), width), dtype=torch.long)
                 for row, i in enumerate(batch):
