@@ -10,7 +10,7 @@ Same trained model (MiniLM-L6 fine-tuned on SST-2 with ``recipes/sst2-minilm.tom
   says which;
 * ``nlptasks, defaults, one at a time`` — the same predictor one sentence at a time (the parity
   reference);
-* ``nlptasks --backend torch`` — the run's own fp32 weights, the same stream and one at a time;
+* ``nlptasks --backend torch --precision fp32`` — the run's own fp32 weights, the same stream and one at a time;
 * ``pipeline, batch 1`` and ``pipeline, batch 32`` — ``transformers.pipeline("text-classification")``;
 * ``nlptasks --precision bf16`` — where the machine computes in bf16 natively (a CUDA GPU with
   bf16, or a CPU with AVX-512 BF16 / AMX), with its labels against fp32;
@@ -136,7 +136,7 @@ def measure(args: argparse.Namespace, run_dir: Path, work: Path, texts: list[str
     from nlptasks.errors import NlptasksError
     from nlptasks.inference.precision import inference_precision
 
-    torch_predictor = nlptasks.load(run_dir, backend="torch")  # the run's own weights in fp32
+    torch_predictor = nlptasks.load(run_dir, backend="torch", precision="fp32")  # the run's own weights in fp32
     torch_rows, torch_s = _stream(torch_predictor, args.data, work / "torch.jsonl")
     torch_one, torch_one_s = _one_at_a_time(torch_predictor, texts)
     max_length = torch_predictor.max_length
@@ -360,9 +360,9 @@ def render(f: dict) -> str:
         f"| **nlptasks, defaults** (`infer --file` path: streamed, length-sorted batches of 32) | {r['ours']:.0f} | "
         f"**{f['speedup_vs_pipeline_b1']:.2f}x / {f['speedup_vs_pipeline_b32']:.2f}x** |",
         f"| nlptasks, defaults, one text at a time | {r['ours_b1']:.0f} | {r['ours_b1'] / r['pipe_b1']:.2f}x / — |",
-        f"| nlptasks `--backend torch` (the run's fp32 weights; same path) | {r['torch']:.0f} | "
+        f"| nlptasks `--backend torch --precision fp32` (the run's weights; same path) | {r['torch']:.0f} | "
         f"{r['torch'] / r['pipe_b1']:.2f}x / {r['torch'] / r['pipe_b32']:.2f}x |",
-        f"| nlptasks `--backend torch`, one text at a time | {r['torch_b1']:.0f} | {r['torch_b1'] / r['pipe_b1']:.2f}x / — |",
+        f"| nlptasks `--backend torch --precision fp32`, one text at a time | {r['torch_b1']:.0f} | {r['torch_b1'] / r['pipe_b1']:.2f}x / — |",
     ]
     b = f.get("bf16") or {}
     if b:

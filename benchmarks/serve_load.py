@@ -339,7 +339,7 @@ def reference(run_dir: Path, texts: list[str], threads: int) -> tuple[dict[str, 
     torch.set_num_threads(threads)
     answering = _harness.answering(run_dir)
     expected, ceiling = {}, {}
-    for side, options in (("ours", {}), ("torch", {"backend": "torch"})):
+    for side, options in (("ours", {}), ("torch", {"backend": "torch", "precision": "fp32"})):
         predictor = nlptasks.load(run_dir, **options)
         expected[side] = [r["label"] for r in predictor(texts)]
         sample = texts[:64]

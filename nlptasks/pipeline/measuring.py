@@ -104,6 +104,15 @@ def _comparable(key: str, rows: list[Any], results: list[dict[str, Any]]) -> tup
     return True, any(lists) and any(len(a) != len(b) for a, b in pairs)
 
 
+def _moved(a: Any, b: Any, as_set: bool) -> int:
+    """How many of a field's items differ between two answers (tags: element by element)."""
+    if isinstance(a, list) and isinstance(b, list) and not as_set and len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True))
+    if as_set and isinstance(a, list) and isinstance(b, list):
+        return int(sorted(map(str, a)) != sorted(map(str, b)))
+    return int(a != b)
+
+
 def compare_results(
     rows: list[Any], torch_results: list[dict[str, Any]], onnx_results: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -133,11 +142,13 @@ def compare_results(
         if echo or not counts["torch"][1]:
             continue
         t, o = (counts[n][0] / counts[n][1] for n in ("torch", "onnx"))
+        moved = sum(_moved(a.get(key), b.get(key), as_set) for a, b in zip(torch_results, onnx_results, strict=True))
         gold[key] = {
             "torch": round(t, 6),
             "onnx": round(o, 6),
             "change_points": round(100 * (o - t), 4),
             "items": counts["torch"][1],
+            "changed": moved,
         }
     return {"inputs": len(rows), "changed": changed, "max_score_diff": gap, "gold": gold}
 
@@ -198,7 +209,7 @@ def measure_deployment(
     label: str,
     torch_predictor: Any,
     other: Any,
-    rows_limit: int = 512,
+    rows_limit: int = 1000,
     batch_independent: bool = True,
     backend: str = "onnx",
     precision: str | None = None,
