@@ -143,6 +143,15 @@ def test_sft_generation(runs, precision):
     assert [r["response"] for r in batched] == [r["response"] for r in one]
     assert sum(len(r["response"]) > 3 for r in one) >= 3, one  # real answers, not just a stop token
 
+    # the server's batched chats (chat_batch, one left-padded generate) give each reply chat gives alone
+    chats = [[{"role": "user", "content": p["instruction"] if isinstance(p, dict) else p}] for p in prompts]
+    alone = ["".join(predictor.chat(c, max_new_tokens=16)) for c in chats]
+    together = {i: "" for i in range(len(chats))}
+    for index, kind, value in predictor.chat_batch([{"messages": c, "max_new_tokens": 16} for c in chats]):
+        if kind == "piece":
+            together[index] += value
+    assert [together[i] for i in range(len(chats))] == alone
+
 
 _RUNS: dict[str, Path] = {}
 

@@ -145,10 +145,12 @@ class ChatMixin:
         Predictor`.  Each call holds ``chat``'s arguments (``messages`` and optionally
         ``max_new_tokens``, ``temperature``, ``top_p``, ``stop``, ``info``) and ``cancelled``, a
         callable asked between tokens.  Calls with the same sampling settings share one left-padded
-        ``model.generate`` (:func:`stream_batch`): a greedy reply is the one ``chat`` gives alone."""
+        ``model.generate`` (:func:`stream_batch`; in bf16 only prompts of one padded length,
+        :func:`nlptasks.plugin.exact_multiple`): a greedy reply is the one ``chat`` gives alone."""
         from nlptasks.plugin import NlptasksError
 
-        groups: dict[tuple[float, float], list[tuple[int, list[int], Reply, GenerationSettings]]] = {}
+        groups: dict[tuple[float, float, int], list[tuple[int, list[int], Reply, GenerationSettings]]] = {}
+        multiple = exact_multiple(self.model)  # in bf16, prompts of one padded length share a generate
         for index, call in enumerate(calls):
             try:
                 conversation = self._conversation(call["messages"])
@@ -162,6 +164,7 @@ class ChatMixin:
             key = (
                 settings.temperature if settings.temperature > 0 else 0.0,
                 settings.top_p if settings.temperature > 0 else 1.0,
+                -(-len(ids) // multiple) if multiple else 0,
             )
             groups.setdefault(key, []).append((index, ids, reply, settings))
         for rows in groups.values():
@@ -363,6 +366,9 @@ def stream_batch(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     device = next(model.parameters()).device
     width = max(len(p) for p in prompts)
+    multiple = exact_multiple(model)  # in bf16: prompts of one padded length (chat_batch groups them so)
+    if multiple:
+        width = -(-width // multiple) * multiple
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, seq in enumerate(prompts):
