@@ -31,6 +31,7 @@ __all__ = [
     "batch_dependence",
     "compare_results",
     "measure_deployment",
+    "MEASURE_SECONDS",
     "measure_precisions",
     "rates",
     "refuses",
@@ -262,14 +263,25 @@ def measure_deployment(
     return entry
 
 
-def measure_precisions(run_dir: Path, rows_limit: int = 128, single_rows: int = 16) -> dict[str, Any] | None:
+MEASURE_SECONDS = 30.0
+"""About how long :func:`measure_precisions` may take at the end of a run (both precisions, batched
+and one at a time): fewer rows for a slow predictor (a generating one), none when even 16 would take
+longer."""
+
+
+def measure_precisions(
+    run_dir: Path, rows_limit: int = 128, single_rows: int = 16, budget: float = MEASURE_SECONDS
+) -> dict[str, Any] | None:
     """At the end of ``nlptasks run``: where this machine's CPU computes in bf16 natively (and there is
     no GPU: a run on a GPU loads there), the run's own weights in bf16 measured against them in fp32
     (:func:`measure_deployment` on up to ``rows_limit`` validation rows, ``single_rows`` of them one
-    at a time too) and recorded in ``RUN/deployments.json``: loads with every choice ``auto`` answer
-    in bf16 only while it agrees, does not depend on the batch and is faster; once measured, in fp32
-    otherwise (:mod:`nlptasks.inference.deployments`).  Returns the entry (``None``: nothing to
-    choose between here, or no rows to measure on)."""
+    at a time too, fewer where the predictor is too slow for ``budget`` seconds) and recorded in
+    ``RUN/deployments.json``: loads with every choice ``auto`` answer in bf16 only while it agrees,
+    does not depend on the batch and is faster; once measured, in fp32 otherwise
+    (:mod:`nlptasks.inference.deployments`).  Returns the entry, or why nothing was measured (a
+    string), or ``None`` where there is nothing to choose between."""
+    import time
+
     import torch
 
     from nlptasks.engine.io.rundir import read_manifest
@@ -283,6 +295,16 @@ def measure_precisions(run_dir: Path, rows_limit: int = 128, single_rows: int = 
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     fp32 = load_predictor(run_dir, LoadOptions(backend="torch", precision="fp32", device="cpu"))
+    _, source, probe = sample_rows(manifest, 8, ("validation", "train"))
+    if not probe or refuses(fp32, probe, source):
+        return None
+    started = time.perf_counter()
+    fp32(probe)
+    per_row = (time.perf_counter() - started) / len(probe)
+    # each side: a warm-up of 8 rows, two batched passes, the rows one at a time (about 3x a batched row)
+    rows = int((budget / (2 * max(per_row, 1e-6)) - 8 - 3 * single_rows) / 2)
+    if rows < 16:
+        return f"not measured: the predictor takes {per_row:.2f} s a row, more than {budget:.0f} s for 16 rows"
     bf16 = load_predictor(run_dir, LoadOptions(backend="torch", precision="bf16", device="cpu"))
     entry = measure_deployment(
         run_dir,
@@ -291,7 +313,7 @@ def measure_precisions(run_dir: Path, rows_limit: int = 128, single_rows: int = 
         "torch bf16",
         fp32,
         bf16,
-        rows_limit,
+        min(rows_limit, rows),
         backend="torch",
         precision="bf16",
         single_rows=single_rows,

@@ -170,6 +170,9 @@ def measure_inference(log: logging.Logger, run_dir: Path) -> None:
     except Exception as exc:  # noqa: BLE001 - the run is saved; only the choice of precision is lost
         log.warning("%s: bf16 inference not measured (%s); loads answer in the run's training precision", run_dir, exc)
         return
+    if isinstance(entry, str):
+        log.info("inference in bf16 on this CPU %s; loads answer in the run's training precision", entry)
+        return
     if entry is None:
         return
     batched, single = speedups(entry) or (0.0, 0.0)
