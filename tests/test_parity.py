@@ -1,6 +1,6 @@
 """Parity: batched inference (length-sorted batches, padding, chunks) gives exactly what one input
 at a time gives, for every built-in task and every precision ``auto`` can choose (fp32, and bf16
-where the machine computes in it: there each input is padded to a multiple of 8 and batched only
+where the machine computes in it: there each input is padded to a multiple of 16 and batched only
 with inputs of its padded length, ``nlptasks.plugin.exact_multiple``): the same labels, entities
 and generated tokens, and scores within 1e-4.  (A plain ``transformers.pipeline`` changes labels on
 near-ties between batch 1 and batch 32; we must not.)  The ONNX backends: tests/test_onnx_batch.py."""
@@ -45,7 +45,7 @@ def predictions(run_dir: Path, inputs: list, batch_size: int, precision: str) ->
 
 
 def same_scores(a: list[float], b: list[float], precision: str = "fp32") -> None:
-    """Within 1e-4 in fp32; in bf16 the same bits (every input padded to its own multiple of 8)."""
+    """Within 1e-4 in fp32; in bf16 the same bits (every input padded to its own multiple of 16)."""
     if precision == "bf16":
         assert a == b
     assert a == pytest.approx(b, abs=1e-4)
@@ -186,7 +186,7 @@ def test_cpu_batches_end_where_padding_would_pass_the_budget():
 def test_bf16_answers_do_not_depend_on_padding(per_token):
     """The mechanism the bf16 parity rests on, on a real pretrained encoder (MiniLM-L6, heads seeded):
     its logits alone and in batches of mixed lengths are the same bits.  Without the padding to a
-    multiple of 8 they move by up to ~4e-3 (the tiny test models above hide it)."""
+    multiple of 16 they move by up to ~4e-3 (the tiny test models above hide it)."""
     import csv
 
     import torch
