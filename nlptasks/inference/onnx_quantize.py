@@ -56,24 +56,9 @@ CALIBRATION_METHOD = "MinMax"
 def calibration_rows(manifest: dict[str, Any], limit: int) -> tuple[str | None, str | None, list[Any]]:
     """``(split, file, rows)``: up to ``limit`` rows of the run's training file (else validation,
     else test), as the dicts a predictor takes; ``(None, None, [])`` when none is a local file."""
-    from nlptasks.inference.streaming import iter_file
+    from nlptasks.inference.streaming import run_rows
 
-    sources = (manifest.get("data") or {}).get("sources") or {}
-    for split in ("train", "validation", "test"):
-        source = sources.get(split)
-        if not isinstance(source, str) or not Path(source).is_file():
-            continue
-        rows = []
-        try:
-            for row in iter_file(Path(source)):
-                rows.append(row)
-                if len(rows) >= limit:
-                    break
-        except Exception:  # noqa: BLE001 - a format the generic reader does not know: try the next split
-            continue
-        if rows:
-            return split, source, rows
-    return None, None, []
+    return run_rows(manifest, limit, ("train", "validation", "test"))
 
 
 class _Recorder(OnnxModel):

@@ -40,6 +40,7 @@ __all__ = [
     "iter_stdin",
     "open_output",
     "predict_chunk",
+    "run_rows",
     "stream_predictions",
 ]
 
@@ -134,6 +135,30 @@ def count_rows(path: Path) -> int | None:
     except (OSError, UnicodeDecodeError, csv.Error):
         return None  # the reading itself names the problem, with its row
     return None
+
+
+def run_rows(
+    manifest: Mapping[str, Any], limit: int, splits: tuple[str, ...]
+) -> tuple[str | None, str | None, list[Any]]:
+    """``(split, file, rows)``: up to ``limit`` rows of the run's first split in ``splits`` (its
+    manifest's ``data.sources``) that is a local file this reader reads, as the dicts a predictor
+    takes; ``(None, None, [])`` when there is none."""
+    sources = (manifest.get("data") or {}).get("sources") or {}
+    for split in splits:
+        source = sources.get(split)
+        if not isinstance(source, str) or not Path(source).is_file():
+            continue
+        rows = []
+        try:
+            for row in iter_file(Path(source)):
+                rows.append(row)
+                if len(rows) >= limit:
+                    break
+        except Exception:  # noqa: BLE001 - a format the generic reader does not know: the next split
+            continue
+        if rows:
+            return split, source, rows
+    return None, None, []
 
 
 def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

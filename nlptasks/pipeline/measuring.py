@@ -25,7 +25,7 @@ from typing import Any
 
 from nlptasks.engine.system.machine import cpu_name
 from nlptasks.inference.deployments import agreement, folder_digest
-from nlptasks.inference.streaming import iter_file
+from nlptasks.inference.streaming import run_rows
 
 __all__ = [
     "batch_dependence",
@@ -43,24 +43,8 @@ def sample_rows(
     manifest: dict[str, Any], limit: int, splits: tuple[str, ...] = ("test", "validation", "train")
 ) -> tuple[str | None, str | None, list[Any]]:
     """``(split, file, rows)``: up to ``limit`` rows of the run's first split in ``splits`` (test,
-    else validation, else train) that is a local file the generic reader reads, as the dicts a
-    predictor takes; ``(None, None, [])`` when there is none."""
-    sources = (manifest.get("data") or {}).get("sources") or {}
-    for split in splits:
-        source = sources.get(split)
-        if not isinstance(source, str) or not Path(source).is_file():
-            continue
-        rows = []
-        try:
-            for row in iter_file(Path(source)):
-                rows.append(row)
-                if len(rows) >= limit:
-                    break
-        except Exception:  # noqa: BLE001 - a format the generic reader does not know: no measurement
-            continue
-        if rows:
-            return split, source, rows
-    return None, None, []
+    else validation, else train): :func:`nlptasks.inference.streaming.run_rows`."""
+    return run_rows(manifest, limit, splits)
 
 
 def _discrete(value: Any) -> Any:
