@@ -245,7 +245,9 @@ def choose_deployment(run_dir: Path, manifest: Mapping[str, Any], options: LoadO
         if not precisions:
             return Choice(run_dir, options)
         entry, why = precisions[-1]
-        _log.info(
+        # said where it changes what the run answers in (a bf16 run in fp32); an fp32 run stays as it was
+        say = _log.info if manifest.get("precision") in ("bf16", "fp16") else _log.debug
+        say(
             "answering with %s in fp32: %s was measured on %s rows of %s and is not used: %s",
             run_dir,
             entry.get("label"),
