@@ -120,7 +120,10 @@ def test_a_killed_zero3_run_resumes_to_the_uninterrupted_metrics(cls_runs, tmp_p
     proc = start(RECIPES / "cls.toml", tmp_path, "killed", *CLS_SETS, "train.zero=3")
     run_dir = tmp_path / "cls" / "killed"
     # 30 steps an epoch; killed in the second epoch, after the ZeRO checkpoint of step 40
-    wait_for((run_dir / "checkpoints" / "checkpoint-40" / "latest").exists, proc, poll_s=0.02)
+    from nlptasks.engine.training.resume import checkpoint_problem
+
+    forty = run_dir / "checkpoints" / "checkpoint-40"  # complete: DeepSpeed's `latest` comes before the state
+    wait_for(lambda: forty.is_dir() and checkpoint_problem(forty) is None, proc, poll_s=0.02)
     family = psutil.Process(proc.pid).children(recursive=True)
     os.killpg(proc.pid, signal.SIGKILL)  # the command and torchrun; the workers have their own session
     proc.wait()

@@ -143,9 +143,11 @@ def run(
         if io_error is None:
             raise
         raise write_error(io_error, output_dir) from None
-    if distributed.is_main():
+    if distributed.world_size() == 1:  # in a distributed run loads would meet the process group
         with library_progress_bars(False):  # two loads of the saved model: not worth a bar each
             measure_inference(ctx.log, output_dir)
+    elif distributed.is_main():
+        ctx.log.info("distributed run: bf16 inference not measured; loads answer in the run's training precision")
     return RunResult(
         output_dir=output_dir,
         metrics=metrics,
