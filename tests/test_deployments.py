@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from conftest import CLS_TEXTS, ROOT, tiny_run  # noqa: E402
+from nlptasks.engine.system.machine import cpu_has_bf16  # noqa: E402
 from nlptasks.inference.deployments import (  # noqa: E402
     DEPLOYMENTS,
     FLOAT_TOLERANCE,
@@ -313,18 +314,12 @@ def test_a_configuration_whose_answers_depend_on_the_batch_never_agrees(tmp_path
     assert entry is not None and entry["agrees"] is True
 
 
-@pytest.mark.skipif(
-    not __import__("nlptasks.engine.system.machine", fromlist=["cpu_has_bf16"]).cpu_has_bf16(),
-    reason="this CPU does not compute in bf16 natively: nothing for the run to measure",
-)
-def test_a_run_measures_bf16_at_its_end_and_infer_and_eval_follow(runs, cli, tmp_path, caplog):
+@pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU does not compute in bf16 natively: nothing to measure")
+def test_a_run_measures_bf16_at_its_end_and_infer_and_eval_follow(runs, cli, tmp_path):
     """On a CPU with native bf16, `nlptasks run` records its weights in bf16 against fp32; infer and
     eval then answer in the precision that record chooses."""
-    import logging
-
     import nlptasks
 
-    caplog.set_level(logging.INFO, logger="nlptasks")
     run_dir = tiny_run(runs, "cls.toml", "deploy-measured", "data.max_train_rows=200")
     (entry,) = [e for e in read_deployments(run_dir) if e.get("backend") == "torch"]
     assert entry["precision"] == "bf16" and entry["split"] == "validation" and entry["rows"] > 0

@@ -12,18 +12,12 @@ from pathlib import Path
 import pytest
 
 from conftest import CLS_TEXTS, PAIRS, RECIPES, SHARED_DATA, TINY_DECODER, tiny_run
-
-
-def _bf16_here() -> bool:
-    from nlptasks.engine.system.machine import cpu_has_bf16
-
-    return cpu_has_bf16()
-
+from nlptasks.engine.system.machine import cpu_has_bf16
 
 PRECISIONS = [
     "fp32",
     pytest.param(
-        "bf16", marks=pytest.mark.skipif(not _bf16_here(), reason="this CPU does not compute in bf16 natively")
+        "bf16", marks=pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU does not compute in bf16 natively")
     ),
 ]
 
@@ -181,7 +175,7 @@ def test_cpu_batches_end_where_padding_would_pass_the_budget():
     assert length_batches([], 8, cpu=True) == []
 
 
-@pytest.mark.skipif(not _bf16_here(), reason="this CPU does not compute in bf16 natively")
+@pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU does not compute in bf16 natively")
 @pytest.mark.parametrize("per_token", [False, True], ids=["predict_logits", "predict_per_token"])
 def test_bf16_answers_do_not_depend_on_padding(per_token):
     """The mechanism the bf16 parity rests on, on a real pretrained encoder (MiniLM-L6, heads seeded):

@@ -255,7 +255,7 @@ longer."""
 
 def measure_precisions(
     run_dir: Path, rows_limit: int = 128, single_rows: int = 16, budget: float = MEASURE_SECONDS
-) -> dict[str, Any] | None:
+) -> dict[str, Any] | str | None:
     """At the end of ``nlptasks run``: where this machine's CPU computes in bf16 natively (and there is
     no GPU: a run on a GPU loads there), the run's own weights in bf16 measured against them in fp32
     (:func:`measure_deployment` on up to ``rows_limit`` validation rows, ``single_rows`` of them one
