@@ -1,9 +1,10 @@
 """ONNX exports answer a row the same in any batch: for every task that exports (cls with one label
 and with several, ner, pair as a cross-encoder and as a bi-encoder) and every precision (fp32, int8), 40 inputs of varying length
 predicted in one batch and one at a time through the public predictor give the same labels (tags,
-entities) and scores within :data:`TOLERANCE`.  ``--quantize int8`` is static quantization with
-calibrated activation scales; the old dynamic quantization (scales per batch, so a row's scores
-depended on its batch) is ``--quantize int8-dynamic``, opt-in, and its manifest says so."""
+entities) and scores within :data:`TOLERANCE`.  ``--quantize int8`` quantizes each token's
+activations with its own scale; ``int8-static`` is static quantization with calibrated activation
+scales; the old dynamic quantization (scales per batch, so a row's scores depended on its batch) is
+``--quantize int8-dynamic``, opt-in, and its manifest says so."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def _export(runs: Path, cli, task: str, quantize: str, out: Path) -> dict:  # no
     return json.loads((out / "nlptasks.json").read_text(encoding="utf-8"))
 
 
-@pytest.mark.parametrize("quantize", ["none", "int8"])
+@pytest.mark.parametrize("quantize", ["none", "int8", "int8-static"])
 @pytest.mark.parametrize("task", list(_TASKS))
 def test_batched_equals_one_at_a_time(runs, cli, tmp_path, task, quantize):
     import nlptasks
@@ -79,8 +80,9 @@ def test_batched_equals_one_at_a_time(runs, cli, tmp_path, task, quantize):
     assert figures["changed"] == 0, [(a, b) for a, b in zip(single, batched, strict=True) if a != b][:3]
     assert figures["max_score_diff"] <= TOLERANCE, figures
     quantization = manifest["onnx"]["quantization"]
-    if quantize == "int8":
-        assert quantization["method"] == "static" and quantization["batch_independent"] is True
+    if quantize != "none":
+        method = {"int8": "per-token", "int8-static": "static"}[quantize]
+        assert quantization["method"] == method and quantization["batch_independent"] is True
         calibration = quantization["calibration"]
         assert calibration["split"] == "train" and Path(calibration["file"]).name.startswith("train")
         assert calibration["rows"] == 128 and calibration["feeds"] >= 128
@@ -99,6 +101,7 @@ def test_dynamic_is_opt_in_and_says_it_depends_on_the_batch(runs, cli, tmp_path,
         cli("export", "--help")
     text = " ".join(capsys.readouterr().out.split())
     assert "int8-dynamic" in text and "computed per batch" in text and "default: none" in text
+    assert "int8-static" in text and "its own scale" in text
 
 
 def test_quantize_and_calibration_rows_are_checked(runs, cli, tmp_path):
@@ -106,7 +109,7 @@ def test_quantize_and_calibration_rows_are_checked(runs, cli, tmp_path):
     from nlptasks.inference.onnx_export import export_onnx
 
     _export(runs, cli, "cls", "none", tmp_path / "first")
-    with pytest.raises(NlptasksError, match="--quantize int4: choose one of none, int8, int8-dynamic"):
+    with pytest.raises(NlptasksError, match="--quantize int4: choose one of none, int8, int8-static, int8-dynamic"):
         export_onnx(_RUNS["cls"], tmp_path / "x", quantize="int4")
     with pytest.raises(NlptasksError, match="--calibration-rows 0: give 1 or more"):
         export_onnx(_RUNS["cls"], tmp_path / "x", quantize="int8", calibration_rows=0)

@@ -37,27 +37,28 @@ def register(sub: Any) -> None:
     p.add_argument("--adapter", metavar="NAME", help="the adapter to merge (default: the run's own)")
     p.add_argument(
         "--quantize",
-        choices=("none", "int8", "int8-dynamic"),
+        choices=("none", "int8", "int8-static", "int8-dynamic"),
         default="none",
-        help="with --onnx: int8 = static quantization (int8 weights per channel; activation scales "
-        "calibrated on --calibration-rows rows of the run's training file, fixed, so a row's "
-        "answer does not depend on its batch); int8-dynamic = onnxruntime's dynamic quantization "
-        "(activation scales computed per batch: a row's scores and even labels change with the "
-        "rows batched with it); default: none (fp32, same predictions as torch)",
+        help="with --onnx: int8 = int8 weights per channel, each token's activations quantized with "
+        "its own scale (smoothing calibrated on --calibration-rows rows of the run's training file), so "
+        "a row's answer does not depend on its batch; int8-static = onnxruntime's static quantization "
+        "(one calibrated scale per tensor: batch-independent, less accurate); int8-dynamic = "
+        "onnxruntime's dynamic quantization (activation scales computed per batch: a row's scores and "
+        "even labels change with the rows batched with it); default: none (fp32, same predictions as torch)",
     )
     p.add_argument(
         "--calibration-rows",
         type=int_in(1, 100_000),
         default=128,
         metavar="N",
-        help="with --quantize int8: rows of the run's training file (else validation, else test) "
-        "that calibrate the activation scales (default: 128)",
+        help="with --quantize int8 or int8-static: rows of the run's training file (else validation, "
+        "else test) that calibrate the smoothing (int8) or the activation scales (int8-static) (default: 128)",
     )
     p.add_argument(
         "--int8-weights",
         choices=("auto", "QInt8", "QUInt8"),
         default="auto",
-        help="with --quantize int8 or int8-dynamic: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
+        help="with an int8 --quantize: the weight type; auto: QInt8 on a CPU with VNNI (faster there), "
         "else QUInt8 (QInt8 saturates without VNNI). Choose for the machine that will serve it",
     )
     p.add_argument(

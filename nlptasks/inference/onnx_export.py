@@ -15,22 +15,15 @@ The exporter is PyTorch's TorchScript-based ``torch.onnx.export(..., dynamo=Fals
 extra package, and on BERT-style encoders its graph equals the torch model to about 1e-7 at every
 batch size and length.  The newer ``dynamo=True`` exporter needs ``onnxscript`` besides.
 
-``int8`` is onnxruntime's static quantization (QDQ; :mod:`nlptasks.inference.onnx_quantize`):
-int8 weights per channel and int8 embeddings, the linear layers' inputs quantized with scales
-calibrated (MinMax) on 128 training rows fed through the task's predictor, fixed in the graph, so
-a row's answer does not depend on its batch.  ``int8-dynamic`` is onnxruntime's dynamic
-quantization (activation scales computed per batch), opt-in.  The weight type is
-:data:`INT8_WEIGHTS`.  Measured 2026-11-26 (docs/onnx.md, ``benchmarks/onnx_int8.py``): MiniLM-L6
-fine-tuned on 2,000 SST-2 rows, 1,821 test sentences, 2 shared CPU cores, 1 thread, rows per CPU
-second at batch 1 / batch 32:
-
-=====================  ========  ==============================  ===========
-model                  accuracy  labels differ, batch 32 vs 1     rows/CPU-s
-=====================  ========  ==============================  ===========
-ONNX fp32              0.7990    0                                84 / 112
-``int8-dynamic``       0.7985    29 (scores by up to 0.061)       131 / 163
-``int8`` (static)      0.8007    0 (scores: 0.0)                  118 / 156
-=====================  ========  ==============================  ===========
+``int8`` quantizes the linear layers' inputs one token at a time (scale and zero point from the
+token alone) with SmoothQuant divisors calibrated on 128 training rows fed through the task's
+predictor (:mod:`nlptasks.inference.onnx_rowwise`), so a row's answer does not depend on its batch.
+``int8-static`` is onnxruntime's static quantization (QDQ, one calibrated scale per tensor;
+:mod:`nlptasks.inference.onnx_quantize`), also batch-independent; ``int8-dynamic`` is onnxruntime's
+dynamic quantization (activation scales computed per batch), opt-in.  The weight type is
+:data:`INT8_WEIGHTS`.  Measured 2026-11-27 (docs/onnx.md, ``benchmarks/onnx_int8.py``): MiniLM-L6
+fine-tuned on 4,000 SST-2 rows against its fp32 graph (test accuracy 0.8248): ``int8`` changed 11 of
+1,821 test labels (0.8276), ``int8-static`` 100 (0.8127).
 """
 
 from __future__ import annotations
@@ -52,6 +45,7 @@ from nlptasks.inference.onnx_quantize import (
     quantize_dynamic_int8,
     quantize_static_int8,
 )
+from nlptasks.inference.onnx_rowwise import quantize_rowwise_int8
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -287,11 +281,12 @@ def export_onnx(
 ) -> dict[str, Any]:
     """Export ``run_dir`` to ``out`` (a new folder) as ONNX; returns the new folder's manifest.
 
-    ``out/model.onnx`` is the model (int8-quantized with ``quantize="int8"``, static, calibrated on
-    ``calibration_rows`` rows with ``calibration_method``; ``"int8-dynamic"``: dynamic); ``out``
+    ``out/model.onnx`` is the model (``quantize="int8"``: per token, smoothed on ``calibration_rows``
+    rows; ``"int8-static"``: static, calibrated on them with ``calibration_method``;
+    ``"int8-dynamic"``: dynamic); ``out``
     becomes a complete run folder whose manifest records ``"backend": "onnx"`` and ``"onnx": {opset,
     quantize, weight_type, quantization, exported_from, exporter, inputs, outputs, sizes, check,
-    seconds}`` (``quantization``: how, and for static int8 the calibration rows and their source).  The fp32 graph
+    seconds}`` (``quantization``: how, and for a calibrated int8 the calibration rows and their source).  The fp32 graph
     is checked against the torch model at several shapes (an error when an output differs by more
     than 1e-3: ``out`` then has no ``COMPLETE`` marker).
     """
@@ -350,11 +345,14 @@ def export_onnx(
         )
     sizes = {"fp32_bytes": fp32_path.stat().st_size}
     quantization: dict[str, Any] = {"method": "none"}
-    if quantize == "int8":
+    if quantize in ("int8", "int8-static"):
         feeds, source = calibration_feeds(
-            run_dir, fp32_path, model.config, read_manifest(run_dir), calibration_rows, adapter
+            run_dir, fp32_path, model.config, read_manifest(run_dir), calibration_rows, adapter, quantize
         )
-        quantization = quantize_static_int8(fp32_path, out / ONNX_FILE, feeds, weight_type, calibration_method)
+        if quantize == "int8":
+            quantization = quantize_rowwise_int8(fp32_path, out / ONNX_FILE, feeds, weight_type)
+        else:
+            quantization = quantize_static_int8(fp32_path, out / ONNX_FILE, feeds, weight_type, calibration_method)
         quantization["calibration"] = source
     elif quantize == "int8-dynamic":
         quantization = quantize_dynamic_int8(fp32_path, out / ONNX_FILE, weight_type)

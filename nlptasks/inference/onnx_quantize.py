@@ -1,13 +1,20 @@
 """int8 quantization of an exported graph (``nlptasks export RUN --onnx OUT --quantize ...``).
 
-``int8`` (the default int8): onnxruntime's static quantization (``quantize_static``, QDQ format).
+``int8`` (the default int8 since 2026-11-27): activations quantized one token at a time, with
+SmoothQuant divisors calibrated on the run's rows (:mod:`nlptasks.inference.onnx_rowwise`).  It
+changed 11 of 1,821 SST-2 MiniLM test labels against fp32, where ``int8-static`` changed 100.
+
+``int8-static`` (the default int8 from 2026-11-26 to 2026-11-27): onnxruntime's static
+quantization (``quantize_static``, QDQ format).
 The inputs of every ``MatMul``/``Gemm`` with a constant weight are quantized to unsigned int8 with
 one fixed scale and zero point each, calibrated before the export on up to
 :data:`CALIBRATION_ROWS` rows of the run's own training file (else validation, else test), fed
 through the task's own predictor one row at a time (:func:`calibration_feeds`): the model inputs
 calibrated on are what inference makes of a row (windows, pairs, both sides of a bi-encoder).
 Weights are int8 with one scale per output channel.  Nothing depends on the other rows of a
-batch, so a row's labels and scores are the same in any batch.
+batch, so a row's labels and scores are the same in any batch; but one fixed scale per tensor
+is coarse: on SST-2 MiniLM it changed 41 of 872 validation labels, so the export rarely agrees
+with the run (docs/onnx.md).
 
 ``int8-dynamic``: onnxruntime's dynamic quantization (``quantize_dynamic``), the exporter's int8
 before 2026-11-26: each batch's activations are quantized with a scale computed from that batch,
@@ -38,19 +45,21 @@ __all__ = [
     "quantize_static_int8",
 ]
 
-QUANTIZE = ("none", "int8", "int8-dynamic")
-"""``--quantize``: ``none`` (fp32), ``int8`` (static, batch-independent), ``int8-dynamic``
+QUANTIZE = ("none", "int8", "int8-static", "int8-dynamic")
+"""``--quantize``: ``none`` (fp32), ``int8`` (activation scales per token, batch-independent),
+``int8-static`` (one calibrated scale per tensor, batch-independent), ``int8-dynamic``
 (activation scales per batch: a row's scores depend on its batch)."""
 
 CALIBRATION_ROWS = 128
-"""Rows of the run's data that calibrate the activation scales of ``--quantize int8``."""
+"""Rows of the run's data that calibrate ``--quantize int8`` (its smoothing) and ``int8-static``
+(its activation scales)."""
 
 _OPS = ("MatMul", "Gemm", "Gather")
-"""What ``--quantize int8`` quantizes: the linear layers (inputs and weights) and the embedding
+"""What ``--quantize int8-static`` quantizes: the linear layers (inputs and weights) and the embedding
 tables (weights only: 59.0 MB instead of 23.3 MB for MiniLM without them)."""
 
 CALIBRATION_METHOD = "MinMax"
-"""onnxruntime's calibration method for ``--quantize int8`` (see docs/onnx.md for MinMax vs Percentile)."""
+"""onnxruntime's calibration method for ``--quantize int8-static`` (see docs/onnx.md for MinMax vs Percentile)."""
 
 
 def calibration_rows(manifest: dict[str, Any], limit: int) -> tuple[str | None, str | None, list[Any]]:
@@ -74,7 +83,13 @@ class _Recorder(OnnxModel):
 
 
 def calibration_feeds(
-    run_dir: Path, fp32: Path, config: Any, manifest: dict[str, Any], rows: int, adapter: str | None = None
+    run_dir: Path,
+    fp32: Path,
+    config: Any,
+    manifest: dict[str, Any],
+    rows: int,
+    adapter: str | None = None,
+    quantize: str = "int8",
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(feeds, source)``: the graph's inputs for up to ``rows`` rows of the run's data, as the
     run's own predictor makes them (one row per call, so no padding), and where they came from
@@ -85,8 +100,8 @@ def calibration_feeds(
     split, file, data = calibration_rows(manifest, rows)
     if not data:
         raise NlptasksError(
-            f"--quantize int8: {run_dir} has no local train, validation or test file to calibrate the "
-            "activation scales on (its recipe's data sources are not files here)",
+            f"--quantize {quantize}: {run_dir} has no local train, validation or test file to calibrate "
+            "on (its recipe's data sources are not files here)",
             hint="Export fp32 (--quantize none), or run the export where the run's data files are.",
         )
     from nlptasks.engine.model.peft import DEFAULT_ADAPTER
@@ -101,12 +116,14 @@ def calibration_feeds(
             predictor([row])
         except NlptasksError as exc:  # the task reads its inputs otherwise (an mlm run wants masks)
             raise NlptasksError(
-                f"--quantize int8: the activation scales are calibrated on the run's {split} rows fed through the "
+                f"--quantize {quantize}: it is calibrated on the run's {split} rows fed through the "
                 f"{manifest.get('task')!r} predictor, which refuses row {number} of {file}: {exc}",
                 hint="Export fp32 (--quantize none): its graph is checked against the run's weights without them.",
             ) from None
     if not recorder.feeds:
-        raise NlptasksError(f"--quantize int8: the {manifest.get('task')!r} predictor made no model calls to calibrate")
+        raise NlptasksError(
+            f"--quantize {quantize}: the {manifest.get('task')!r} predictor made no model calls to calibrate"
+        )
     source = {
         "split": split,
         "file": file,

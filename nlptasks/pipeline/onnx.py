@@ -100,6 +100,20 @@ def measure(
 
 def _quantization_lines(how: dict[str, Any]) -> list[str]:
     """What the card says about how the export was quantized (nothing for fp32)."""
+    if how.get("method") == "per-token":
+        source = how.get("calibration") or {}
+        smoothing = how.get("smoothing") or {}
+        smoothed = (
+            f"; SmoothQuant divisors (alpha {smoothing.get('alpha')}) calibrated on {source.get('rows')} rows of "
+            f"`{source.get('file')}` ({source.get('split')}, {source.get('through')}) and fixed"
+            if smoothing
+            else "; not smoothed"
+        )
+        return [
+            f"int8: {how.get('layers')} linear layers with weights {how.get('weights')}; each token's activations "
+            f"are quantized with a scale and zero point computed from that token alone{smoothed}: a row's answer "
+            "does not depend on its batch."
+        ]
     if how.get("method") == "static":
         source = how.get("calibration") or {}
         return [
