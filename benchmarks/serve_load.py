@@ -228,6 +228,9 @@ def serve_rows(
             )
     finally:
         stop(proc)
+    said = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    for row in rows:  # how many processes `--workers auto` started, and why
+        row["workers"] = next((line.strip() for line in said if line.startswith("workers:")), None)
     return rows
 
 
@@ -491,7 +494,7 @@ def soak(  # noqa: PLR0913
 ) -> int:
     """``nlptasks serve`` under ``--soak-clients`` clients for ``--soak`` minutes: RSS per round."""
     port = free_port()
-    cmd = [*server_command(args, run_dir, "nlptasks serve", port), "--threads", str(args.threads)]
+    cmd = server_command(args, run_dir, "nlptasks serve", port)  # its defaults, as in the rows (--workers auto)
     print(f"$ {' '.join(cmd)}", file=sys.stderr, flush=True)
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=(work / "soak.log").open("w"), start_new_session=True
@@ -513,10 +516,11 @@ def soak(  # noqa: PLR0913
             )
     finally:
         stop(proc)
+    said = (work / "soak.log").read_text(encoding="utf-8", errors="replace").splitlines()
     f = {
+        "workers": next((line.strip() for line in said if line.startswith("workers:")), None),
         "rounds": rounds,
         "clients": args.soak_clients,
-        "threads": args.threads,
         "load_after": os.getloadavg()[0],
         "answering": answering,
     }
@@ -527,7 +531,7 @@ def soak(  # noqa: PLR0913
 def render_soak(f: dict) -> str:
     rounds = f["rounds"]
     lines = [
-        f"`nlptasks serve` alone, {f['clients']} clients, `--threads {f['threads']}`, answering with "
+        f"`nlptasks serve` alone with its defaults ({f.get('workers') or 'workers: 1'}), {f['clients']} clients, answering with "
         f"{f.get('answering', 'the run (torch)')}; 1-minute load average {f['load_after']:.1f} at the end.",
         "",
         "| minute | requests/s | answered | failed | RSS MiB | peak RSS MiB |",
@@ -585,13 +589,19 @@ def intro(f: dict) -> str:
     c = f["ceiling"]
     busy = f" {f['compete']} CPU-bound job(s) ran beside every server." if f.get("compete") else ""
     return (
-        f"{f['threads']} torch thread(s) per server; MiniLM-L6 fine-tuned on SST-2; one test sentence per "
+        f"{f['threads']} torch thread(s) per server{_processes(f)}; MiniLM-L6 fine-tuned on SST-2; one test sentence per "
         f"request; {f['seconds']:g} s per row; `nlptasks serve --max-queue {f['max_queue']}`, answering with "
         f"**{f['answering']}**; server and load generator on the same machine (loopback): 1-minute load average "
         f"{f['load_after']:.1f} at the end.{busy} The predictors alone, in the benchmark's process: ours "
         f"{c['ours']['batch_1']:.0f} texts/s one at a time, {c['ours']['batch_32']:.0f} in batches of 32; the run's "
         f"fp32 weights {c['torch']['batch_1']:.0f} and {c['torch']['batch_32']:.0f}."
     )
+
+
+def _processes(f: dict) -> str:
+    """What `nlptasks serve` said about its processes (``--workers auto``), for the intro."""
+    said = next((r.get("workers") for r in f["rows"].get("nlptasks serve", []) if r.get("workers")), None)
+    return f" (`nlptasks serve`: {said})" if said else ""
 
 
 def render(f: dict) -> str:

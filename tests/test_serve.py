@@ -533,6 +533,79 @@ def test_workers_share_the_port_and_answer_alike(trained):
     assert "server stopped" in out
 
 
+def test_auto_workers_one_process_per_core_only_for_onnx_exports(trained, cli, tmp_path, monkeypatch):
+    """`--workers auto` (the default): one process per core (at most 4) where every run answers
+    with an ONNX export; one process for torch weights, a model that chats, a mix, one core, or
+    --threads given."""
+    import shutil
+
+    from nlptasks.serve import processes
+    from nlptasks.types import LoadOptions
+
+    shutil.copytree(trained["cls"], tmp_path / "run")  # the export records itself in the run it came from
+    code, _, err = cli("export", tmp_path / "run", "--onnx", tmp_path / "onnx", "--check-rows", "0")
+    assert code == 0, err
+    export, options = [tmp_path / "onnx"], LoadOptions()
+    for cores, expected in ((8, 4), (3, 3), (2, 2), (1, 1)):
+        monkeypatch.setattr(processes, "usable_cores", lambda cores=cores: cores)
+        workers, why = processes.auto_workers(export, options, None)
+        assert workers == expected, why
+        assert ("ONNX export" in why) if expected > 1 else ("one CPU core" in why)
+    monkeypatch.setattr(processes, "usable_cores", lambda: 4)
+    assert processes.auto_workers(export, options, 2) == (1, "--threads was given")
+    for runs in ([trained["ner"]], [trained["sft"]], [*export, trained["ner"]]):
+        workers, why = processes.auto_workers(runs, options, None)
+        assert (workers, "torch backend" in why) == (1, True), why
+
+
+def test_default_workers_serve_an_export_from_one_process_per_core(trained, cli, tmp_path):
+    """`nlptasks serve EXPORT` with no --workers: it says how many processes and why, and that many
+    answer on the port, each what nlptasks.load answers."""
+    import shutil
+
+    import nlptasks
+    from nlptasks.serve.processes import MOST_WORKERS, usable_cores
+
+    shutil.copytree(trained["ner"], tmp_path / "run")  # the export records itself in the run it came from
+    code, _, err = cli("export", tmp_path / "run", "--onnx", tmp_path / "onnx", "--check-rows", "0")
+    assert code == 0, err
+    expected_workers = min(usable_cores(), MOST_WORKERS) if usable_cores() > 1 else 1
+    port = free_port()
+    cmd = [sys.executable, "-m", "nlptasks", "serve", str(tmp_path / "onnx"), "--name", "m", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "--no-access-log"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    workers: set[int] = set()
+
+    def all_up() -> bool:
+        try:
+            answer = httpx.get(f"{url}/health", timeout=120, headers={"Connection": "close"})
+        except httpx.TransportError:
+            return False
+        if answer.status_code == 200:
+            workers.add(answer.json()["worker"])
+        return len(workers) == expected_workers
+
+    try:
+        wait_for(all_up, proc)
+        expected = nlptasks.load(tmp_path / "onnx")(INPUTS["ner"])
+        answer = httpx.post(f"{url}/v1/predict/m", json={"inputs": INPUTS["ner"]}, timeout=120)
+        assert answer.json()["outputs"] == expected
+        proc.send_signal(signal.SIGINT)
+        out, _ = communicate(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert f"workers: {expected_workers} (" in out
+
+
 def test_freed_memory_goes_back_to_the_system():
     """What the batcher does every few seconds: after batches of many shapes, freed tensors stay in
     glibc's heaps (the resident memory of a busy server crept up); malloc_trim gives them back."""

@@ -110,11 +110,12 @@ def register(sub: Any) -> None:
     )
     m.add_argument(
         "--workers",
-        type=int_in(1, 64),
-        default=1,
-        metavar="N",
+        type=_workers,
+        default="auto",
+        metavar="N|auto",
         help="server processes sharing the port, each with its own copy of the models, batching and "
-        "/metrics (default: 1)",
+        "/metrics, 1 to 64; auto (the default): one per CPU core (at most 4) when every run answers with "
+        "an ONNX export and --threads is not given, else 1",
     )
     p.add_argument("--no-access-log", dest="access_log", action="store_false", help="do not log one line per request")
     p.set_defaults(func=cmd)
@@ -139,8 +140,15 @@ def cmd(args: argparse.Namespace) -> int:
     from nlptasks.serve.state import ServerState, ServeSettings
 
     hf_logging.disable_progress_bar()
+    if args.workers == "auto":
+        from nlptasks.serve.processes import auto_workers
+
+        args.workers, why = auto_workers(args.runs, load_options(args, batch_size=args.max_batch_size), args.threads)
+        print(f"workers: {args.workers} ({why}; --workers N to choose)", file=sys.stderr)
     if args.workers > 1 and args.threads is None:
-        args.threads = max(1, (os.cpu_count() or 1) // args.workers)
+        from nlptasks.serve.processes import usable_cores
+
+        args.threads = max(1, usable_cores() // args.workers)
     use_threads(args.threads)
     options = load_options(args, batch_size=args.max_batch_size)
     settings = ServeSettings(
@@ -191,6 +199,16 @@ def cmd(args: argparse.Namespace) -> int:
     how = f" ({signal.Signals(stopped_by[0]).name})" if stopped_by else ""
     print(f"server stopped{how}", file=sys.stderr)
     return 0
+
+
+def _workers(text: str) -> str | int:
+    """``--workers``: ``auto`` or a whole number from 1 to 64."""
+    if text == "auto":
+        return text
+    try:
+        return int_in(1, 64)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"auto, or {exc}") from None
 
 
 def _run_workers(uvicorn: Any, workers: int, options: dict[str, Any]) -> int:
