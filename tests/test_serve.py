@@ -483,53 +483,71 @@ def test_the_command_serves_and_stops_gracefully(trained):
     assert f"docs:    {url}/docs" in out and "curl -s" in out and "server stopped" in out
 
 
+class _Server:
+    """``nlptasks serve RUN --name m ...`` in a process of its own: up once ``workers`` processes
+    answer /health on the port (a worker still loading leaves its connections to the others);
+    :meth:`stop` sends SIGINT and returns what it printed."""
+
+    def __init__(self, run: Path, workers: int, *extra: str) -> None:
+        port = free_port()
+        cmd = [sys.executable, "-m", "nlptasks", "serve", str(run), "--name", "m", "--port", str(port), *extra]
+        self.proc = subprocess.Popen(
+            [*cmd, "--no-access-log"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        self.workers: set[int] = set()
+        try:
+            wait_for(lambda: self._health() and len(self.workers) == workers, self.proc)
+        except BaseException:
+            self.proc.kill()
+            raise
+
+    def _health(self) -> bool:
+        try:
+            answer = httpx.get(f"{self.url}/health", timeout=120, headers={"Connection": "close"})
+        except httpx.TransportError:
+            return False
+        if answer.status_code == 200:
+            self.workers.add(answer.json()["worker"])
+        return True
+
+    def predict(self, inputs: list) -> list:
+        """A new connection (whichever worker takes it answers)."""
+        answer = httpx.post(
+            f"{self.url}/v1/predict/m", json={"inputs": inputs}, headers={"Connection": "close"}, timeout=120
+        )
+        return answer.json()["outputs"]
+
+    def stop(self) -> str:
+        try:
+            self.proc.send_signal(signal.SIGINT)
+            out, _ = communicate(self.proc)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+        assert self.proc.returncode == 0, out
+        return out
+
+
 def test_workers_share_the_port_and_answer_alike(trained):
     """`nlptasks serve --workers 2`: two processes behind one port (each answers /health with its
     process id; new connections reach both), both answering what nlptasks.load answers; SIGINT
     stops them all."""
     import nlptasks
 
-    port = free_port()
-    cmd = [sys.executable, "-m", "nlptasks", "serve", str(trained["cls"]), "--name", "sentiment"]
-    cmd += ["--port", str(port), "--workers", "2", "--threads", "1", "--no-access-log"]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def health() -> dict | None:
-        try:
-            answer = httpx.get(f"{url}/health", timeout=120, headers={"Connection": "close"})
-        except httpx.TransportError:
-            return None
-        return answer.json() if answer.status_code == 200 else None
-
-    workers: set[int] = set()
-
-    def both_up() -> bool:
-        found = health()
-        if found:
-            workers.add(found["worker"])
-        return len(workers) == 2
-
+    server = _Server(trained["cls"], 2, "--workers", "2", "--threads", "1")
     try:
-        wait_for(both_up, proc)  # a worker that is still loading leaves its connections to the other
         expected = nlptasks.load(trained["cls"])(INPUTS["cls"])
         for _ in range(6):  # new connections: whichever worker takes them answers the same
-            answer = httpx.post(
-                f"{url}/v1/predict/sentiment",
-                json={"inputs": INPUTS["cls"]},
-                headers={"Connection": "close"},
-                timeout=120,
-            )
-            assert answer.json()["outputs"] == expected
-        assert proc.pid not in workers
-        proc.send_signal(signal.SIGINT)
-        out, _ = communicate(proc)
+            assert server.predict(INPUTS["cls"]) == expected
+        assert server.proc.pid not in server.workers
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out
+        out = server.stop()
     assert "server stopped" in out
 
 
@@ -570,39 +588,11 @@ def test_default_workers_serve_an_export_from_one_process_per_core(trained, cli,
     code, _, err = cli("export", tmp_path / "run", "--onnx", tmp_path / "onnx", "--check-rows", "0")
     assert code == 0, err
     expected_workers = min(usable_cores(), MOST_WORKERS) if usable_cores() > 1 else 1
-    port = free_port()
-    cmd = [sys.executable, "-m", "nlptasks", "serve", str(tmp_path / "onnx"), "--name", "m", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "--no-access-log"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    workers: set[int] = set()
-
-    def all_up() -> bool:
-        try:
-            answer = httpx.get(f"{url}/health", timeout=120, headers={"Connection": "close"})
-        except httpx.TransportError:
-            return False
-        if answer.status_code == 200:
-            workers.add(answer.json()["worker"])
-        return len(workers) == expected_workers
-
+    server = _Server(tmp_path / "onnx", expected_workers)
     try:
-        wait_for(all_up, proc)
-        expected = nlptasks.load(tmp_path / "onnx")(INPUTS["ner"])
-        answer = httpx.post(f"{url}/v1/predict/m", json={"inputs": INPUTS["ner"]}, timeout=120)
-        assert answer.json()["outputs"] == expected
-        proc.send_signal(signal.SIGINT)
-        out, _ = communicate(proc)
+        assert server.predict(INPUTS["ner"]) == nlptasks.load(tmp_path / "onnx")(INPUTS["ner"])
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out
+        out = server.stop()
     assert f"workers: {expected_workers} (" in out
 
 
