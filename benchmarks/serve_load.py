@@ -228,10 +228,16 @@ def serve_rows(
             )
     finally:
         stop(proc)
-    said = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    for row in rows:  # how many processes `--workers auto` started, and why
-        row["workers"] = next((line.strip() for line in said if line.startswith("workers:")), None)
+    said = workers_line(log)
+    for row in rows:
+        row["workers"] = said
     return rows
+
+
+def workers_line(log: Path) -> str | None:
+    """What `nlptasks serve` printed about its processes (`--workers auto`: how many, and why)."""
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    return next((line.strip() for line in lines if line.startswith("workers:")), None)
 
 
 # -- the load -------------------------------------------------------------------------------------
@@ -516,9 +522,8 @@ def soak(  # noqa: PLR0913
             )
     finally:
         stop(proc)
-    said = (work / "soak.log").read_text(encoding="utf-8", errors="replace").splitlines()
     f = {
-        "workers": next((line.strip() for line in said if line.startswith("workers:")), None),
+        "workers": workers_line(work / "soak.log"),
         "rounds": rounds,
         "clients": args.soak_clients,
         "load_after": os.getloadavg()[0],

@@ -58,12 +58,12 @@ _EPS = 1e-8
 """The smallest activation scale (a row of zeros quantizes to zeros instead of dividing by 0)."""
 
 
-def _linear_layers(graph: Any) -> dict[str, list[tuple[int, Any]]]:
+def _linear_layers(graph: Any, weights: dict[str, Any]) -> dict[str, list[tuple[int, Any]]]:
     """``{input name: [(position, MatMul node)]}``: the graph's MatMuls with a constant 2-D float32
-    weight, grouped by the tensor they multiply (in graph order)."""
+    weight (one of ``weights``, the graph's initializers by name), grouped by the tensor they
+    multiply (in graph order)."""
     from onnx import TensorProto
 
-    weights = {i.name: i for i in graph.initializer}
     groups: dict[str, list[tuple[int, Any]]] = {}
     for position, node in enumerate(graph.node):
         weight = weights.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
@@ -72,13 +72,13 @@ def _linear_layers(graph: Any) -> dict[str, list[tuple[int, Any]]]:
     return groups
 
 
-def _embeddings(graph: Any, b: _Builder) -> dict[int, list[Any]]:
-    """``{position of the node: its replacement}`` for every lookup in a constant 2-D float32 table (``Gather``
-    on axis 0): the table stored as int8 with one scale per row, the looked-up rows scaled back."""
+def _embeddings(graph: Any, tables: dict[str, Any], b: _Builder) -> dict[int, list[Any]]:
+    """``{position of the node: its replacement}`` for every lookup in a constant 2-D float32 table
+    (one of ``tables``, the graph's initializers by name; ``Gather`` on axis 0): the table stored as
+    int8 with one scale per row, the looked-up rows scaled back."""
     import numpy as np
     from onnx import TensorProto, numpy_helper
 
-    tables = {i.name: i for i in graph.initializer}
     replaced: dict[int, list[Any]] = {}
     for position, node in enumerate(graph.node):
         table = tables.get(node.input[0]) if node.op_type == "Gather" else None
@@ -221,7 +221,8 @@ def quantize_rowwise_int8(
         raise NlptasksError(
             f"--quantize int8 needs opset 13 or later (per-axis QuantizeLinear); {fp32.name} has {opset}"
         )
-    groups = _linear_layers(graph)
+    weights = {i.name: i for i in graph.initializer}
+    groups = _linear_layers(graph, weights)
     if not groups:
         raise NlptasksError(
             f"--quantize int8: {fp32.name} has no linear layer with a constant weight (MatMul) to quantize",
@@ -230,14 +231,13 @@ def quantize_rowwise_int8(
     if alpha > 0 and not feeds:
         raise NlptasksError("--quantize int8: no calibration inputs to measure the activations' channels on")
     maxima = _channel_maxima(model, list(groups), feeds) if alpha > 0 else {}
-    weights = {i.name: i for i in graph.initializer}
     b = _Builder()
     for name, number in (("rw.zero", 0.0), ("rw.levels", 255.0), ("rw.eps", _EPS), ("rw.one", 1.0)):
         b.const(name, np.array(number, np.float32))
     for name, axis in (("rw.first", 0), ("rw.last", -1), ("rw.single", 1)):
         b.const(name, np.array([axis], np.int64))
     b.const("rw.u128", np.array(128, np.uint8))
-    embeddings = _embeddings(graph, b)
+    embeddings = _embeddings(graph, weights, b)
     replaced = dict(embeddings)
     for g, (x, nodes) in enumerate(groups.items()):
         p = f"rw{g}"
