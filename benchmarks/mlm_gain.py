@@ -23,6 +23,9 @@ the table into block ``mlm_gain`` of docs/benchmarks.md.
     OMP_NUM_THREADS=2 python benchmarks/mlm_gain.py --pretrain-minutes 1 --cls-rows 300 --ner-rows 300 \\
         --pair-rows 300 --epochs 1 --docs --docs-file /tmp/benchmarks.md                 # smoke run
     python benchmarks/mlm_gain.py --corpus-only runs/corpus   # just write the corpus (recipes/bench/mlm-zh.toml reads it)
+
+More seeds later, on the same pretraining: ``--work-dir W --mlm-run W/runs/mlm/mlm --reuse --seeds 42,1,11``
+fine-tunes the seeds not yet there and reads the runs already finished in ``W`` with the same recipe.
 """
 
 from __future__ import annotations
@@ -101,11 +104,17 @@ def scratch_table() -> dict:
 
 
 def toml_value(value: object) -> str:
+    """``value`` written as TOML (a table inline, as ``[model.scratch]``'s ``extra``)."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     return json.dumps(value, ensure_ascii=False)
 
 
-def finetune_recipe(folder: Path, name: str, args: argparse.Namespace, seed: int, mlm_run: Path | None) -> Path:
-    """One task's recipe: the same for both sides but the model (scratch, or the mlm run)."""
+def finetune_recipe(
+    folder: Path, name: str, args: argparse.Namespace, seed: int, mlm_run: Path | None
+) -> tuple[Path, bool]:
+    """One task's recipe, the same for both sides but the model (scratch, or the mlm run), and
+    whether the file was already there with the same text (a finished run of it can be reused)."""
     task, data, _, options, batch, lr = TASKS[name]
     rows = {"chnsenticorp": args.cls_rows, "msra": args.ner_rows, "lcqmc": args.pair_rows}[name]
     ext = "jsonl" if task == "ner" else "csv"
@@ -135,8 +144,10 @@ def finetune_recipe(folder: Path, name: str, args: argparse.Namespace, seed: int
     ]
     lines += [f"{k} = {toml_value(v)}" for k, v in options.items()]
     path = folder / f"{name}-{'mlm' if mlm_run else 'scratch'}-{seed}.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    text = "\n".join(lines) + "\n"
+    same = path.exists() and path.read_text(encoding="utf-8") == text
+    path.write_text(text, encoding="utf-8")
+    return path, same
 
 
 def nlptasks(*argv: str) -> list[str]:
@@ -203,17 +214,21 @@ def finetune(args: argparse.Namespace, work: Path, env: dict[str, str], mlm_run:
         for seed in args.seeds:
             sides = (("scratch", None), ("mlm", mlm_run)) if args.scratch else (("mlm", mlm_run),)
             for side, source in sides:
-                recipe = finetune_recipe(recipes, name, args, seed, source)
+                recipe, same = finetune_recipe(recipes, name, args, seed, source)
                 run_name = f"{name}-{side}-{seed}"
                 log = work / f"{run_name}.log"
-                timed(
-                    nlptasks(recipe, "--set", f"output.dir={work / 'runs'}", "--set", f"output.run_name={run_name}"),
-                    log,
-                    env,
-                )
-                metrics = json.loads(
-                    (run_dir_of(work / "runs", task, run_name) / "metrics.json").read_text(encoding="utf-8")
-                )
+                done = run_dir_of(work / "runs", task, run_name) / "metrics.json"
+                if args.reuse and same and done.exists() and log.exists():
+                    print(f"  {name} {side} seed {seed}: reused (finished in {work} with this recipe)", flush=True)
+                else:
+                    timed(
+                        nlptasks(
+                            recipe, "--set", f"output.dir={work / 'runs'}", "--set", f"output.run_name={run_name}"
+                        ),
+                        log,
+                        env,
+                    )
+                metrics = json.loads(done.read_text(encoding="utf-8"))
                 results.setdefault(name, {}).setdefault(side, {})[seed] = {
                     "test": metrics["test"][metric],
                     "validation": metrics["validation"][metric],
@@ -282,7 +297,9 @@ def goals(f: dict) -> dict[str, tuple[bool, str]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pretrain-minutes", type=float, default=15.0, help="pretraining budget in minutes (default 15)")
-    p.add_argument("--masking", choices=["span", "token"], default="span", help="the mlm run's masking (default span)")
+    p.add_argument(
+        "--masking", choices=["span", "token"], default="token", help="the mlm run's masking (default token)"
+    )
     p.add_argument("--tasks", default="chnsenticorp,msra,lcqmc", help="fine-tuned tasks (default all three)")
     p.add_argument(
         "--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[42], help="fine-tuning seeds, e.g. 42,1,11"
@@ -290,14 +307,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs (default 3)")
     p.add_argument("--max-length", type=int, default=128, help="fine-tuning model.max_length (default 128)")
     p.add_argument("--cls-rows", type=int, default=0, help="ChnSentiCorp training rows (default 0: all 6,212)")
-    p.add_argument("--ner-rows", type=int, default=6000, help="MSRA training sentences (default 6000 of 20,000)")
+    p.add_argument("--ner-rows", type=int, default=0, help="MSRA training sentences (default 0: all 20,000)")
     p.add_argument("--pair-rows", type=int, default=0, help="LCQMC training pairs (default 0: all 7,041)")
     p.add_argument("--mlm-run", type=Path, help="fine-tune from this mlm run instead of pretraining one")
     p.add_argument(
         "--no-scratch",
         dest="scratch",
         action="store_false",
-        help="fine-tune from the mlm run only (to compare pretraining choices: --masking token; block mlm_gain-token)",
+        help="fine-tune from the mlm run only (to compare pretraining choices: --masking span; block mlm_gain-span)",
+    )
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --work-dir: fine-tuning runs that finished there with the same recipe are read, not run "
+        "again (a stopped benchmark goes on; more --seeds add to the earlier ones)",
     )
     p.add_argument("--corpus-only", type=Path, metavar="DIR", help="write the corpus into DIR and stop")
     p.add_argument("--work-dir", type=Path, help="where runs and logs go (default: a new temporary folder)")
@@ -327,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1), encoding="utf-8")
-    suffix = args.masking if args.masking != "span" else (None if args.scratch else "no-scratch")
+    suffix = args.masking if args.masking != "token" else (None if args.scratch else "no-scratch")
     _docs.publish(args, _docs.block_name(__file__, suffix), info, render(figures))
     return 0 if all(ok for ok, _ in goals(figures).values()) else 1
 

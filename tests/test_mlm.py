@@ -339,6 +339,38 @@ def test_a_task_starts_from_the_mlm_runs_encoder_and_vocabulary(mlm_run, runs, t
     assert np.corrcoef(before.ravel(), after.ravel())[0, 1] > 0.9
 
 
+def test_a_roformer_mlm_run_trains_on_hidden_tokens_and_a_task_starts_from_it(runs, tmp_path):
+    """recipes/bench/mlm-zh.toml's architecture: RoFormer (rotary positions), its loss on the hidden
+    tokens only, and a ner run that loads its encoder and vocabulary."""
+    from safetensors.numpy import load_file
+
+    start = tiny_run(
+        runs,
+        QUICKSTART,
+        "m-roformer",
+        "model.scratch.architecture=roformer",
+        "model.max_length=64",
+        "data.max_train_rows=200",
+        "data.max_eval_rows=40",
+        "train.batch_size=8",
+    )
+    assert "training loss on the hidden tokens only (their vocabulary projection alone): " in start.err
+    assert json.loads((start / "config.json").read_text(encoding="utf-8"))["model_type"] == "roformer"
+    run = tiny_run(
+        runs,
+        _from_run(tmp_path, RECIPES / "ner.toml", start),
+        "from-ner-roformer",
+        "model.max_length=64",
+        "data.max_train_rows=200",
+        tiny=(),
+    )
+    assert f"loaded the mlm run {start}" in run.err and "not used: cls.predictions.*" in run.err
+    assert "LOAD REPORT" not in run.err and "built a" not in run.err
+    key = "roformer.encoder.layer.0.attention.self.query.weight"
+    before, after = load_file(str(start / "model.safetensors"))[key], load_file(str(run / "model.safetensors"))[key]
+    assert np.corrcoef(before.ravel(), after.ravel())[0, 1] > 0.9
+
+
 # -- tune and --nproc, as for every task -----------------------------------------------------------
 
 
