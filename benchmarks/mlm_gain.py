@@ -319,14 +319,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--reuse",
         action="store_true",
-        help="with --work-dir: fine-tuning runs that finished there with the same recipe are read, not run "
-        "again (a stopped benchmark goes on; more --seeds add to the earlier ones)",
+        help="with --work-dir W and --mlm-run W/runs/mlm/mlm: fine-tuning runs that finished in W with the same "
+        "recipe are read, not run again (a stopped benchmark goes on; more --seeds add to the earlier ones)",
     )
     p.add_argument("--corpus-only", type=Path, metavar="DIR", help="write the corpus into DIR and stop")
     p.add_argument("--work-dir", type=Path, help="where runs and logs go (default: a new temporary folder)")
     p.add_argument("--json", type=Path, help="write the figures to this file")
     _docs.add_arguments(p)
     args = p.parse_args(argv)
+    if args.reuse and not (args.mlm_run and args.work_dir):
+        # without --mlm-run the run would pretrain again into the same folder, and its earlier
+        # fine-tuning runs, whose recipes name the same path, would be read as if from the new one
+        p.error("--reuse goes on from one pretraining: give --work-dir W and --mlm-run W/runs/mlm/mlm")
     if args.corpus_only:
         print(json.dumps(write_corpus(args.corpus_only)))
         return 0
