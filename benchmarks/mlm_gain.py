@@ -8,7 +8,7 @@ Issue 29, part 2.  In one invocation, on the machine as it is:
    ``output``) from ``../shared/data``, one text per line -- never a validation or test text; 1% of
    the lines (drawn with seed 0) are held out as the pretraining's own validation set.
 2. **Pretraining**: ``nlptasks run recipes/bench/mlm-zh.toml`` on that corpus for
-   ``--pretrain-minutes`` (a 20-step probe measures the step time; ``train.max_steps`` is set from
+   ``--pretrain-minutes`` (probes of 10 and 60 steps measure the step time; ``train.max_steps`` is set from
    it, so the learning-rate schedule ends with the budget).
 3. **Fine-tuning**, per task and seed, twice with one recipe: ``[model.scratch]`` of the same size
    (its vocabulary built from the task's training texts) and ``model.name_or_path`` = the mlm run
@@ -135,6 +135,7 @@ def finetune_recipe(
         f"epochs = {args.epochs}",
         f"batch_size = {batch}",
         f"learning_rate = {lr}",
+        'precision = "fp32"',  # "auto" would train the mlm side (a loaded model) in bf16 and the scratch side in fp32
         "warmup = 0.1",
         "weight_decay = 0.01",
         "group_by_length = true",
@@ -178,15 +179,23 @@ def pretrain(args: argparse.Namespace, work: Path, env: dict[str, str]) -> tuple
         "--set",
         f"options.masking={args.masking}",
     ]
-    probe_steps = 20
-    probe_log = work / "probe.log"
-    timed(
-        nlptasks(MLM_RECIPE, *data, "--set", f"train.max_steps={probe_steps}", "--set", "output.run_name=probe"),
-        probe_log,
-        env,
-    )
-    per_step = train_seconds(probe_log) / probe_steps
-    steps = max(probe_steps, int(args.pretrain_minutes * 60 / per_step))
+    # the step time from two probes: their difference leaves out what a run spends before its steps
+    # settle (one 20-step probe read 0.50 s a step where the run then took 0.36)
+    seconds = {}
+    for probe_steps in (10, 60):
+        probe_log = work / f"probe-{probe_steps}.log"
+        run_name = f"probe-{probe_steps}"
+        timed(
+            nlptasks(
+                MLM_RECIPE, *data, "--set", f"train.max_steps={probe_steps}", "--set", f"output.run_name={run_name}"
+            ),
+            probe_log,
+            env,
+        )
+        history = json.loads((run_dir_of(work / "runs", "mlm", run_name) / "log_history.json").read_text("utf-8"))
+        seconds[probe_steps] = next(e["train_runtime"] for e in history if "train_runtime" in e)  # to 0.1 ms
+    per_step = max(seconds[60] - seconds[10], 1e-3) / 50
+    steps = max(60, int(args.pretrain_minutes * 60 / per_step))
     log = work / "pretrain.log"
     t = timed(
         nlptasks(MLM_RECIPE, *data, "--set", f"train.max_steps={steps}", "--set", "output.run_name=mlm"), log, env

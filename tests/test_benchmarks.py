@@ -110,3 +110,33 @@ def test_docs_file_must_exist_before_the_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--docs", "--docs-file", str(tmp_path / "missing.md")])
     assert "copy docs/benchmarks.md there first" in capsys.readouterr().err
+
+
+def test_mlm_gain_sides_share_one_recipe_but_the_model(tmp_path):
+    """benchmarks/mlm_gain.py compares two fine-tuning runs per task and seed: everything but the
+    model is one recipe (precision included: "auto" would give the loaded model bf16 on a CPU that
+    has it and the model built from scratch fp32), and the scratch side builds the mlm recipe's model."""
+    import tomllib
+
+    import nlptasks
+
+    spec = importlib.util.spec_from_file_location("mlm_gain", ROOT / "benchmarks" / "mlm_gain.py")
+    mlm_gain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mlm_gain)
+    args = argparse.Namespace(cls_rows=0, ner_rows=300, pair_rows=0, epochs=3, max_length=128)
+    mlm_run = tmp_path / "runs" / "mlm" / "mlm"
+    mlm_run.mkdir(parents=True)
+    for name in mlm_gain.TASKS:
+        scratch, same = mlm_gain.finetune_recipe(tmp_path, name, args, 7, None)
+        assert not same  # a new file: nothing to reuse
+        loaded, same = mlm_gain.finetune_recipe(tmp_path, name, args, 7, mlm_run)
+        assert (scratch.name, loaded.name) == (f"{name}-scratch-7.toml", f"{name}-mlm-7.toml")
+        assert mlm_gain.finetune_recipe(tmp_path, name, args, 7, mlm_run) == (loaded, True)  # --reuse may read it
+        a, b = (tomllib.loads(p.read_text(encoding="utf-8")) for p in (scratch, loaded))
+        assert a["model"].pop("scratch") == mlm_gain.scratch_table()
+        assert b["model"].pop("name_or_path") == str(mlm_run)
+        assert a == b and a["train"]["precision"] == "fp32" and a["seed"] == 7
+        assert ("max_train_rows" in a["data"]) == (name == "msra")
+        if (ROOT.parent / "shared" / "data").is_dir():  # both are recipes nlptasks takes as they are
+            nlptasks.load_recipe(scratch)
+            nlptasks.load_recipe(loaded)
