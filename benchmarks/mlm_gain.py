@@ -19,7 +19,7 @@ It prints test metrics per side and seed, the gain in points, the seed spread, a
 goals (>= +3 points on each task, MSRA test F1 >= 0.80, ChnSentiCorp >= 0.88).  ``--docs`` writes
 the table into block ``mlm_gain`` of docs/benchmarks.md.
 
-    OMP_NUM_THREADS=2 python benchmarks/mlm_gain.py --pretrain-minutes 15 --docs       # the measurement
+    OMP_NUM_THREADS=2 python benchmarks/mlm_gain.py --seeds 42,1,11 --docs       # the measurement (45 min + 17 a seed)
     OMP_NUM_THREADS=2 python benchmarks/mlm_gain.py --pretrain-minutes 1 --cls-rows 300 --ner-rows 300 \\
         --pair-rows 300 --epochs 1 --docs --docs-file /tmp/benchmarks.md                 # smoke run
     python benchmarks/mlm_gain.py --corpus-only runs/corpus   # just write the corpus (recipes/bench/mlm-zh.toml reads it)
@@ -305,7 +305,7 @@ def goals(f: dict) -> dict[str, tuple[bool, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pretrain-minutes", type=float, default=15.0, help="pretraining budget in minutes (default 15)")
+    p.add_argument("--pretrain-minutes", type=float, default=45.0, help="pretraining budget in minutes (default 45)")
     p.add_argument(
         "--masking", choices=["span", "token"], default="token", help="the mlm run's masking (default token)"
     )
