@@ -181,8 +181,9 @@ def pretrain(args: argparse.Namespace, work: Path, env: dict[str, str]) -> tuple
     ]
     # the step time from two probes: their difference leaves out what a run spends before its steps
     # settle (one 20-step probe read 0.50 s a step where the run then took 0.36)
+    short, long = 10, 60
     seconds = {}
-    for probe_steps in (10, 60):
+    for probe_steps in (short, long):
         probe_log = work / f"probe-{probe_steps}.log"
         run_name = f"probe-{probe_steps}"
         timed(
@@ -194,8 +195,8 @@ def pretrain(args: argparse.Namespace, work: Path, env: dict[str, str]) -> tuple
         )
         history = json.loads((run_dir_of(work / "runs", "mlm", run_name) / "log_history.json").read_text("utf-8"))
         seconds[probe_steps] = next(e["train_runtime"] for e in history if "train_runtime" in e)  # to 0.1 ms
-    per_step = max(seconds[60] - seconds[10], 1e-3) / 50
-    steps = max(60, int(args.pretrain_minutes * 60 / per_step))
+    per_step = max(seconds[long] - seconds[short], 1e-3) / (long - short)
+    steps = max(long, int(args.pretrain_minutes * 60 / per_step))
     log = work / "pretrain.log"
     t = timed(
         nlptasks(MLM_RECIPE, *data, "--set", f"train.max_steps={steps}", "--set", "output.run_name=mlm"), log, env

@@ -318,32 +318,35 @@ def _from_run(folder: Path, recipe: Path, mlm_dir: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("task,sets", [("cls", ()), ("ner", ()), ("pair", ()), ("pair", ("options.mode=bi",))])
-def test_a_task_starts_from_the_mlm_runs_encoder_and_vocabulary(mlm_run, runs, tmp_path, task, sets):
+def _assert_started_from(run: Path, mlm_dir: Path, prefix: str, key: str) -> None:
+    """``run`` loaded the mlm run's encoder (its weight ``prefix.key`` carried over) and vocabulary,
+    with one load line and nothing rebuilt."""
     from safetensors.numpy import load_file
 
+    assert f"loaded the mlm run {mlm_dir}" in run.err
+    assert "not used: cls.predictions.*" in run.err  # the masked-LM head, and nothing of the encoder
+    assert "LOAD REPORT" not in run.err and "built a" not in run.err  # no noise, no vocabulary rebuilt
+    vocab = [json.loads((r / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"] for r in (run, mlm_dir)]
+    assert vocab[0] == vocab[1]
+    base = load_file(str(mlm_dir / "model.safetensors"))
+    tuned = load_file(str(run / "model.safetensors"))
+    before = base[f"{prefix}.{key}"]
+    after = tuned.get(f"{prefix}.{key}", tuned.get(key))  # a bi-encoder saves the plain encoder
+    # one short epoch moves the pretrained weights a little; a fresh init would be unrelated to them
+    assert np.corrcoef(before.ravel(), after.ravel())[0, 1] > 0.9
+
+
+@pytest.mark.parametrize("task,sets", [("cls", ()), ("ner", ()), ("pair", ()), ("pair", ("options.mode=bi",))])
+def test_a_task_starts_from_the_mlm_runs_encoder_and_vocabulary(mlm_run, runs, tmp_path, task, sets):
     recipe = _from_run(tmp_path, RECIPES / f"{task}.toml", mlm_run)
     name = f"from-{task}{'-bi' if sets else ''}"
     run = tiny_run(runs, recipe, name, "model.max_length=64", "data.max_train_rows=200", *sets, tiny=())
-    assert f"loaded the mlm run {mlm_run}" in run.err
-    assert "not used: cls.predictions.*" in run.err  # the masked-LM head, and nothing of the encoder
-    assert "LOAD REPORT" not in run.err and "built a" not in run.err  # no noise, no vocabulary rebuilt
-    vocab = [json.loads((r / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"] for r in (run, mlm_run)]
-    assert vocab[0] == vocab[1]
-    base = load_file(str(mlm_run / "model.safetensors"))
-    tuned = load_file(str(run / "model.safetensors"))
-    key = "embeddings.position_embeddings.weight"
-    before = base[f"bert.{key}"]
-    after = tuned.get(f"bert.{key}", tuned.get(key))  # a bi-encoder saves the plain encoder
-    # one short epoch moves the pretrained weights a little; a fresh init would be unrelated to them
-    assert np.corrcoef(before.ravel(), after.ravel())[0, 1] > 0.9
+    _assert_started_from(run, mlm_run, "bert", "embeddings.position_embeddings.weight")
 
 
 def test_a_roformer_mlm_run_trains_on_hidden_tokens_and_a_task_starts_from_it(runs, tmp_path):
     """recipes/bench/mlm-zh.toml's architecture: RoFormer (rotary positions), its loss on the hidden
     tokens only, and a ner run that loads its encoder and vocabulary."""
-    from safetensors.numpy import load_file
-
     start = tiny_run(
         runs,
         QUICKSTART,
@@ -364,11 +367,7 @@ def test_a_roformer_mlm_run_trains_on_hidden_tokens_and_a_task_starts_from_it(ru
         "data.max_train_rows=200",
         tiny=(),
     )
-    assert f"loaded the mlm run {start}" in run.err and "not used: cls.predictions.*" in run.err
-    assert "LOAD REPORT" not in run.err and "built a" not in run.err
-    key = "roformer.encoder.layer.0.attention.self.query.weight"
-    before, after = load_file(str(start / "model.safetensors"))[key], load_file(str(run / "model.safetensors"))[key]
-    assert np.corrcoef(before.ravel(), after.ravel())[0, 1] > 0.9
+    _assert_started_from(run, start, "roformer", "encoder.layer.0.attention.self.query.weight")
 
 
 # -- tune and --nproc, as for every task -----------------------------------------------------------
