@@ -314,6 +314,35 @@ def test_a_configuration_whose_answers_depend_on_the_batch_never_agrees(tmp_path
     assert entry is not None and entry["agrees"] is True
 
 
+@pytest.mark.parametrize("trend", ["busier", "quieter"])
+def test_a_load_that_changes_during_the_measurement_favours_neither_side(trend, tmp_path):
+    """Two predictors of the same cost, on a machine whose load grows (or falls) while they are
+    measured: timed one after the other, the side measured first looked up to 2x faster and `auto`
+    answered with whichever that was; timed in turn, neither is 5% ahead (MIN_SPEEDUP)."""
+    import time
+
+    from nlptasks.inference.deployments import MIN_SPEEDUP
+    from nlptasks.pipeline.measuring import measure_deployment
+
+    data = tmp_path / "validation.csv"
+    data.write_text("text,label\n" + "".join(f"t{i},{i % 2}\n" for i in range(40)), encoding="utf-8")
+    manifest = {"data": {"sources": {"validation": str(data)}}}
+    calls = 0
+
+    def predictor(rows: list) -> list:  # each call costs more (or less) than the one before
+        nonlocal calls
+        calls += 1
+        step = calls if trend == "busier" else 40 - calls
+        time.sleep(0.002 * step * (1 + len(rows) / 40))  # milliseconds, well above the sleep's own jitter
+        return [{"label": str(int(r["text"][1:]) % 2), "score": 0.9} for r in rows]
+
+    entry = measure_deployment(tmp_path, manifest, tmp_path, "same", predictor, predictor, single_rows=4)
+    assert entry is not None
+    for way in ("batched", "single"):
+        ratio = entry["speed"][way] / entry["run_speed"][way]
+        assert 1 / MIN_SPEEDUP < ratio < MIN_SPEEDUP, (way, entry["speed"], entry["run_speed"])
+
+
 @pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU does not compute in bf16 natively: nothing to measure")
 def test_a_run_measures_bf16_at_its_end_and_infer_and_eval_follow(runs, cli, tmp_path):
     """On a CPU with native bf16, `nlptasks run` records its weights in bf16 against fp32; infer and

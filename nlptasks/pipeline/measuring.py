@@ -151,24 +151,47 @@ def refuses(predictor: Any, rows: list[Any], source: str | None) -> str | None:
 
 
 def rates(
-    predictor: Any, rows: list[Any], repeats: int = 2, single_rows: int = 32
-) -> tuple[list[Any], dict[str, float], list[Any]]:
-    """``(results, {"batched": rows/s, "single": rows/s}, singles)``: ``predictor`` on ``rows`` in its
-    own batches (best of ``repeats``, after a warm-up) and one row at a time on the first
-    ``single_rows`` (``singles``: those answers)."""
+    first: Any, second: Any, rows: list[Any], repeats: int = 2, single_rows: int = 32
+) -> tuple[tuple[list[Any], dict[str, float]], tuple[list[Any], dict[str, float], list[Any]]]:
+    """Both predictors on ``rows``, timed in turn so that a change of the machine's load during the
+    measurement (another job starting or ending) falls on both: after a warm-up of each,
+    ``repeats`` rounds (an even number), each timing ``first`` and ``second`` batched (in their own
+    batches), then one row at a time on the first ``single_rows``, the first round in the order
+    first, second, second, first and the next the other way round.  Each side's speed is its mean
+    over the rounds: a load that grows or falls steadily costs both sides the same (the best of the
+    passes would favour the side timed at the quietest moment).  Returns ``((results, speed),
+    (results, speed, singles))``: each side's batched answers and ``{"batched": rows/s, "single":
+    rows/s}``, and ``second``'s answers one at a time."""
     import time
 
-    predictor(rows[:8])
-    best, results = float("inf"), []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        results = predictor(rows)
-        best = min(best, time.perf_counter() - started)
+    sides = (first, second)
     few = rows[:single_rows]
-    started = time.perf_counter()
-    singles = [answer for row in few for answer in predictor([row])]
-    single = time.perf_counter() - started
-    return results, {"batched": round(len(rows) / best, 1), "single": round(len(few) / single, 1)}, singles
+    for predictor in sides:
+        predictor(rows[:8])
+    spent = [[0.0, 0.0], [0.0, 0.0]]  # seconds, [side][batched, single]
+    results: list[list[Any]] = [[], []]
+    singles: list[Any] = []
+    for round_ in range(repeats):
+        order = (0, 1, 1, 0) if round_ % 2 == 0 else (1, 0, 0, 1)
+        for turn, side in enumerate(order):
+            batched = turn in (0, 1)  # the first two turns of a round batched, the last two one at a time
+            started = time.perf_counter()
+            if batched:
+                results[side] = sides[side](rows)
+            else:
+                answers = [answer for row in few for answer in sides[side]([row])]
+                if side == 1:
+                    singles = answers
+            elapsed = time.perf_counter() - started
+            spent[side][0 if batched else 1] += elapsed
+
+    def speed(side: int) -> dict[str, float]:
+        return {
+            "batched": round(repeats * len(rows) / max(spent[side][0], 1e-9), 1),
+            "single": round(repeats * len(few) / max(spent[side][1], 1e-9), 1),
+        }
+
+    return (results[0], speed(0)), (results[1], speed(1), singles)
 
 
 def batch_dependence(batched: list[Any], singles: list[Any]) -> str | None:
@@ -215,8 +238,7 @@ def measure_deployment(
     split, source, rows = sample_rows(manifest, rows_limit, ("validation", "train"))
     if not rows or refuses(torch_predictor, rows, source):
         return None  # not measured: a load with auto options never answers with it
-    torch_results, run_speed, _ = rates(torch_predictor, rows, single_rows=single_rows)
-    results, speed, singles = rates(other, rows, single_rows=single_rows)
+    (torch_results, run_speed), (results, speed, singles) = rates(torch_predictor, other, rows, single_rows=single_rows)
     compared = compare_results(rows, torch_results, results)
     agrees, why = agreement(compared)
     depends = batch_dependence(results, singles)
@@ -285,8 +307,9 @@ def measure_precisions(
     started = time.perf_counter()
     fp32(probe)
     per_row = (time.perf_counter() - started) / len(probe)
-    # each side: a warm-up of 8 rows, two batched passes, the rows one at a time (about 3x a batched row)
-    rows = int((budget / (2 * max(per_row, 1e-6)) - 8 - 3 * single_rows) / 2)
+    # each side (:func:`rates`): a warm-up of 8 rows, two batched passes, two passes of the rows one at a
+    # time (each about 3x a batched row)
+    rows = int((budget / (2 * max(per_row, 1e-6)) - 8 - 2 * 3 * single_rows) / 2)
     if rows < 16:
         return f"not measured: the predictor takes {per_row:.2f} s a row, more than {budget:.0f} s for 16 rows"
     bf16 = load_predictor(run_dir, LoadOptions(backend="torch", precision="bf16", device="cpu"))
