@@ -254,7 +254,7 @@ def render(f: dict) -> str:
     lines = [
         f"Pretraining corpus: the training texts of {', '.join(SOURCES)} ({c['lines']:,} lines, "
         f"{c['characters']:,} characters; {c['held_out']:,} lines held out as its validation set). "
-        f"`recipes/bench/mlm-zh.toml` ({p['masking']} masking): {p['steps']:,} steps in {p['seconds']:.0f} s "
+        f"`recipes/bench/mlm-zh.toml` ({p['masking']} masking): {p['steps']:,} steps in {p['seconds']:,.0f} s "
         f"(budget {f['pretrain_minutes']:g} min), validation perplexity {p['perplexity']:.2f}, masked-token accuracy "
         f"{p['accuracy']:.4f}.",
         "",
