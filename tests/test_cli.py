@@ -96,11 +96,12 @@ def test_infer_reads_files_and_stdin(trained, tmp_path, cli):
 def test_plain_transformers_pipeline_gives_the_same_labels(trained):
     from transformers import pipeline
 
+    from nlptasks import LoadOptions
     from nlptasks.pipeline import load_predictor
 
     _, run_dir, _ = trained
     texts = ["这家酒店服务很好，房间也干净", "房间又脏又吵，太差了", "早餐一般，位置不错", "还行"]
-    ours = load_predictor(run_dir)(texts)
+    ours = load_predictor(run_dir, LoadOptions(precision="fp32"))(texts)  # as the pipeline: fp32
     theirs = pipeline("text-classification", model=str(run_dir))(texts)
     assert [r["label"] for r in ours] == [r["label"] for r in theirs]
     for a, b in zip(ours, theirs, strict=True):

@@ -32,8 +32,11 @@ FAST = ("train.max_steps=8", "train.eval_strategy=no", "train.keep_best=false")
 
 
 def _eval(cli, run: Path, *args: str) -> tuple[dict, Path]:
+    """``nlptasks eval RUN`` with the run's own torch weights, scored as the run scored them
+    (``--backend torch``: with every choice ``auto``, a run whose end-of-run measurement found bf16
+    faster on this machine is scored in bf16, tests/test_deployments.py)."""
     out = run.parent / "eval-out"
-    code, stdout, err = cli("eval", run, "--output", out, *args)
+    code, stdout, err = cli("eval", run, "--output", out, "--backend", "torch", *args)
     assert code == 0, err
     assert "eval saved to" in stdout and " rows/s, the model's load included)" in stdout
     return json.loads((out / "metrics.json").read_text(encoding="utf-8")), out

@@ -183,6 +183,8 @@ def test_inference_is_fp32_on_cpu_and_bf16_only_where_the_cpu_has_it(cls_run, cl
     if torch.cuda.is_available():
         pytest.skip("this checks the CPU path")
     assert precision.inference_precision(LoadOptions()) == ("cpu", "fp32")  # auto: fp32 on a CPU, whatever it has
+    # the run's own auto, not a bf16 its end-of-run timing chose (that choice: tests/test_deployments.py)
+    (cls_run / "deployments.json").unlink(missing_ok=True)
     predictor = load_predictor(cls_run)
     assert predictor.model.dtype == torch.float32
     assert next(predictor.model.parameters()).device.type == "cpu"

@@ -165,7 +165,8 @@ def test_eval_gives_the_run_figures_and_lists_wrong_label_sets(runs, cli, tmp_pa
     sample = tmp_path / "test.jsonl"
     rows = _test_rows()
     sample.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    code, _, err = cli("eval", run_dir, "--data", sample, "--output", tmp_path / "eval")
+    own = ("--backend", "torch")  # the run's own weights as it scored them, not a bf16 its end-of-run timing chose
+    code, _, err = cli("eval", run_dir, "--data", sample, "--output", tmp_path / "eval", *own)
     assert code == 0, err
     scored = json.loads((tmp_path / "eval" / "metrics.json").read_text(encoding="utf-8"))["test"]
     test = read_metrics(run_dir)["test"]
@@ -179,7 +180,7 @@ def test_eval_gives_the_run_figures_and_lists_wrong_label_sets(runs, cli, tmp_pa
         assert set(e["missed"]) == gold - set(e["predicted"]) and set(e["extra"]) == set(e["predicted"]) - gold
     # --set options.threshold=... scores the same run at one fixed threshold
     code, _, err = cli(
-        "eval", run_dir, "--data", sample, "--output", tmp_path / "fixed", "--set", "options.threshold=0.3"
+        "eval", run_dir, "--data", sample, "--output", tmp_path / "fixed", "--set", "options.threshold=0.3", *own
     )
     assert code == 0, err
     fixed = json.loads((tmp_path / "fixed" / "metrics.json").read_text(encoding="utf-8"))["test"]

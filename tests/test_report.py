@@ -64,6 +64,7 @@ def test_model_card_code_loads_the_run(cls_run):
     """The card's plain-transformers block is exact: run it, and it predicts what nlptasks does."""
     import torch
 
+    from nlptasks import LoadOptions
     from nlptasks.pipeline import load_predictor
 
     card = card_of(cls_run)
@@ -74,7 +75,7 @@ def test_model_card_code_loads_the_run(cls_run):
     text = "这家酒店服务很好"
     with torch.inference_mode():
         probs = model(**tokenizer([text], return_tensors="pt")).logits.softmax(-1)[0]
-    ours = load_predictor(cls_run)([text])[0]
+    ours = load_predictor(cls_run, LoadOptions(precision="fp32"))([text])[0]  # as the card's code: fp32
     assert model.config.id2label[int(probs.argmax())] == ours["label"]
     assert float(probs.max()) == pytest.approx(ours["score"], abs=1e-4)
     # the nlptasks block predicts the run's own example, as `nlptasks infer` does

@@ -154,6 +154,8 @@ def test_installed_multilabel_trains_and_infers(site, tmp_path):
         str(PACKAGE / "data" / "test.jsonl"),
         "--output",
         str(out_dir),
+        "--backend",
+        "torch",  # the run's own weights as it scored them, not a bf16 its end-of-run timing chose
         cwd=tmp_path,
         site=site,
     )
