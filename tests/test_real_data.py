@@ -67,7 +67,11 @@ def test_sst2_with_pretrained_minilm(tmp_path):
     from nlptasks.testing import run_cli
 
     out = run_dir.parent / "eval"
-    code, _, err = run_cli("eval", run_dir, "--data", shared("sst2") / "test.csv", "--output", out)
+    # --backend torch: the run's own weights as it scored them (in bf16 here), not what its end-of-run
+    # timing chose on this machine (tests/test_deployments.py)
+    code, _, err = run_cli(
+        "eval", run_dir, "--data", shared("sst2") / "test.csv", "--output", out, "--backend", "torch"
+    )
     assert code == 0, err
     scored = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     for key in ("accuracy", "f1_macro", "loss"):

@@ -175,8 +175,17 @@ def test_the_quick_run_learns_above_chance(quick_run):
 
 def test_eval_of_the_test_file_equals_the_runs_test_metrics(fast_run, host, tmp_path):
     out = tmp_path / "eval"
-    code, stdout, err = run_cli(
-        "eval", fast_run.output_dir, "--data", DATA / "test.csv", "--output", out, *EVAL_ROWS, host=host
+    code, stdout, err = run_cli(  # --backend torch: as the run scored itself, not what its end-of-run timing chose
+        "eval",
+        fast_run.output_dir,
+        "--data",
+        DATA / "test.csv",
+        "--output",
+        out,
+        *EVAL_ROWS,
+        "--backend",
+        "torch",
+        host=host,
     )
     assert code == 0, err
     got = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
@@ -290,6 +299,9 @@ def test_inspect_batch_shows_each_candidate_and_the_label(host):
 
 # --- export --onnx: fp32 predicts as torch does; eval of the export = eval of the run ---------------
 
+FP32_TORCH = ("--backend", "torch", "--set", "train.precision=fp32")
+"""The run's own weights in fp32 (with every choice auto, what its end-of-run timing chose)."""
+
 
 def test_onnx_export_predicts_and_scores_as_the_run(fast_run, host, tmp_path):
     pytest.importorskip("onnxruntime")
@@ -308,9 +320,11 @@ def test_onnx_export_predicts_and_scores_as_the_run(fast_run, host, tmp_path):
     for a, b in zip(ours, theirs, strict=True):
         assert a["scores"] == pytest.approx(b["scores"], abs=1e-4)
     scored = []
-    for folder in (fast_run.output_dir, out):
+    for folder, pin in ((fast_run.output_dir, FP32_TORCH), (out, ())):  # the fp32 export against fp32 torch
         target = tmp_path / f"eval-{folder.name}"
-        code, _, err = run_cli("eval", folder, "--data", DATA / "test.csv", "--output", target, *EVAL_ROWS, host=host)
+        code, _, err = run_cli(
+            "eval", folder, "--data", DATA / "test.csv", "--output", target, *EVAL_ROWS, *pin, host=host
+        )
         assert code == 0, err
         metrics = json.loads((target / "metrics.json").read_text(encoding="utf-8"))["test"]
         scored.append({k: v for k, v in metrics.items() if k not in TIMINGS})
