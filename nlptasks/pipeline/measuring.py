@@ -172,18 +172,17 @@ def rates(
     results: list[list[Any]] = [[], []]
     singles: list[Any] = []
     for round_ in range(repeats):
-        order = (0, 1, 1, 0) if round_ % 2 == 0 else (1, 0, 0, 1)
-        for turn, side in enumerate(order):
-            batched = turn in (0, 1)  # the first two turns of a round batched, the last two one at a time
+        order = (0, 1) if round_ % 2 == 0 else (1, 0)
+        for side in order:  # batched
             started = time.perf_counter()
-            if batched:
-                results[side] = sides[side](rows)
-            else:
-                answers = [answer for row in few for answer in sides[side]([row])]
-                if side == 1:
-                    singles = answers
-            elapsed = time.perf_counter() - started
-            spent[side][0 if batched else 1] += elapsed
+            results[side] = sides[side](rows)
+            spent[side][0] += time.perf_counter() - started
+        for side in reversed(order):  # one row at a time
+            started = time.perf_counter()
+            answers = [answer for row in few for answer in sides[side]([row])]
+            spent[side][1] += time.perf_counter() - started
+            if side == 1:
+                singles = answers
 
     def speed(side: int) -> dict[str, float]:
         return {
