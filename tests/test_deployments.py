@@ -367,8 +367,19 @@ def test_a_run_measures_bf16_at_its_end_and_infer_and_eval_follow(runs, cli, tmp
     code, _, err = cli("eval", run_dir, "--data", data, "--output", tmp_path / "ev")
     assert code == 0, err
     assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["precision"] == "bf16"
+    code, _, err = cli("eval", run_dir, "--data", data, "--precision", "fp32", "--output", tmp_path / "pinned")
+    assert code == 0, err  # --precision insists over the record, as it does for infer
+    pinned = json.loads((tmp_path / "pinned" / "metrics.json").read_text())
+    assert pinned["precision"] == "fp32"
     record = {"deployments": [_precision_entry(run_dir, agrees=False)]}
     (run_dir / DEPLOYMENTS).write_text(json.dumps(record), encoding="utf-8")
     code, _, err = cli("eval", run_dir, "--data", data, "--output", tmp_path / "ev32")
     assert code == 0, err
     assert json.loads((tmp_path / "ev32" / "metrics.json").read_text())["precision"] == "fp32"
+    code, _, err = cli("eval", run_dir, "--data", data, "--precision", "bf16", "--output", tmp_path / "ev16")
+    assert code == 0, err
+    assert json.loads((tmp_path / "ev16" / "metrics.json").read_text())["precision"] == "bf16"
+    both = ("--precision", "fp32", "--set", "train.precision=bf16", "--output", tmp_path / "both")
+    code, _, err = cli("eval", run_dir, "--data", data, *both)
+    assert code != 0 and "--precision fp32 and --set train.precision=bf16 both choose" in err
+    assert not (tmp_path / "both").exists()

@@ -39,10 +39,10 @@ def register(sub: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="read the data differently, e.g. options.text_column=review (only options.*, data.*, "
-        "train.eval_batch_size and train.precision)",
+        "train.eval_batch_size and train.precision, which --precision also sets)",
     )
     p.add_argument("-o", "--output", type=Path, metavar="DIR", help="the eval folder (default: RUN/eval/<timestamp>)")
-    add_load_arguments(p, "adapter", "base_only", "backend")
+    add_load_arguments(p, "precision", "adapter", "base_only", "backend")
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

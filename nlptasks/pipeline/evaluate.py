@@ -87,8 +87,9 @@ def evaluate_run(
         (``options.text_column=review``); keys that change the model are refused.
     :param output: the eval folder (default: ``<run>/eval/<timestamp>``; with several files, one
         sub-folder per file, named after it).
-    :param options: which adapter and backend score the run (``LoadOptions.adapter``, ``base_only``,
-        ``backend``); the model runs as the Trainer runs it (``train.precision``).
+    :param options: which adapter, backend and precision score the run (``LoadOptions.adapter``,
+        ``base_only``, ``backend``, ``precision``: ``auto`` follows the run's end-of-run measurement
+        as infer does); the model runs as the Trainer runs it (``train.precision``).
     """
     host = host or get_host()
     run_dir = Path(run_dir)
@@ -111,8 +112,14 @@ def evaluate_run(
             raise NlptasksError(f"--data {f}: no such file or folder")
     overrides = list(overrides)
     _refuse_model_overrides(overrides)
-    if options.precision != "auto" and not any(o.strip().startswith("train.precision") for o in overrides):
-        overrides.append(f"train.precision={options.precision}")  # scored in the precision infer answers in
+    if options.precision != "auto":  # scored in the precision infer answers in
+        given = [o for o in overrides if o.split("=", 1)[0].strip() == "train.precision"]
+        if given:
+            raise NlptasksError(
+                f"--precision {options.precision} and --set {given[0].strip()} both choose the precision",
+                hint="Give one of them (--precision takes auto, fp32 or bf16).",
+            )
+        overrides.append(f"train.precision={options.precision}")
     recipe_file = run_dir / "recipe.toml"
     try:
         raw = tomllib.loads(recipe_file.read_text(encoding="utf-8"))
