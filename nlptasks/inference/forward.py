@@ -53,10 +53,13 @@ def exact_multiple(model: Any) -> int | None:
     Why: a row's result depends on how long it is padded.  In bf16 the attention's sums over a
     longer padded row round differently (measured on SST-2 MiniLM, CPU: logits moved by up to 4e-3,
     scores by 1e-3, so a near-tie could change label with its batch-mates), while the number of
-    rows in a batch changes nothing (the same row alone, among 3 or among 33: identical bits).  So
-    each input is padded to its own length rounded up to a multiple of 16 and shares a batch only
-    with inputs of that padded length: its answer is the same bits alone or in any batch (tested
-    per task in bf16).  In fp32 the differences stay below 1e-6 and batches pad to their longest."""
+    rows in a batch changes nothing with oneDNN's AVX-512 BF16 kernels (the same row alone, among 3
+    or among 33: identical bits).  So each input is padded to its own length rounded up to a
+    multiple of 16 and shares a batch only with inputs of that padded length: its answer is the same
+    bits alone or in any batch (tested per task in bf16).  oneDNN's AMX kernels (Xeons since Sapphire
+    Rapids) tile a product by its number of rows, so there a row's bits still move with its batch
+    (MiniLM: within one bf16 step, no label changed); the end-of-run measurement sees it and ``auto``
+    answers in fp32 there.  In fp32 the differences stay below 1e-6 and batches pad to their longest."""
     import torch
 
     try:
