@@ -24,11 +24,22 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "recipes"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One pytest-xdist worker per core (pyproject.toml's addopts): each worker's torch, and the runs it
+    # starts in subprocesses, on its share of the cores.  Left at torch's default (every core), 2 workers
+    # on 2 cores oversubscribe them and OpenMP's waiting threads spin: test_dpo, test_ner and
+    # test_tutorial_choice took 591 s on 2 workers at 2 threads, 158 s at 1 (2026-12-04).
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, str(_share))
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["NLPTASKS_PLUGINS"] = "cls,ner,pair,sft,mlm,dpo"  # subprocesses: our built-ins, nothing else installed
 os.environ.pop("NLPTASKS_BLOCK_PLUGINS", None)
+
+pytest_plugins = ["suite_clock"]  # the suite's wall time and slowest tests at the end; @pytest.mark.alone
 
 
 def pytest_addoption(parser):

@@ -143,6 +143,7 @@ def test_infer_without_a_run_says_how_to_make_one(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.alone  # a time on this machine: measured with no other test beside it
 def test_help_is_instant_and_imports_nothing_heavy():
     code = (
         "import sys, time; t = time.perf_counter();"
