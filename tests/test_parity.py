@@ -222,7 +222,7 @@ def test_bf16_answers_do_not_depend_on_padding(per_token, kernels):
     with ``ONEDNN_MAX_CPU_ISA`` capping an AMX CPU to them), not for its AMX kernels (``native`` on an
     AMX CPU): they tile a matrix product by its number of rows, so a row's bits move with its
     batch-mates (measured 2026-12-04 on a Xeon with AMX: sentence logits by up to 5e-4, token logits by
-    up to 6e-3, under one bf16 step; no label changed).
+    up to 6e-3, under one bf16 step; at one thread one token's label of 48 texts flipped).
     There the run's end-of-run measurement sees the move and ``auto`` answers in fp32
     (tests/test_deployments.py; docs/onnx.md)."""
     import json
@@ -245,7 +245,8 @@ def test_bf16_answers_do_not_depend_on_padding(per_token, kernels):
     assert done.returncode == 0, done.stderr[-3000:]
     moved = json.loads(done.stdout.strip().splitlines()[-1])
     if kernels == "native" and _amx():
-        assert moved["labels_differing"] == 0, moved
-        assert moved["largest"] < 1e-2, moved  # within bf16's step at these logits (1/64 from 2 to 4)
+        # within bf16's step at these logits (1/64 from 2 to 4): rounding, not a padding effect; enough to
+        # flip a near-tie (one token's label in 48 texts, at one thread), which is why auto refuses it here
+        assert moved["largest"] < 1e-2, moved
     else:
         assert moved["rows_differing"] == 0, moved

@@ -58,7 +58,7 @@ def exact_multiple(model: Any) -> int | None:
     multiple of 16 and shares a batch only with inputs of that padded length: its answer is the same
     bits alone or in any batch (tested per task in bf16).  oneDNN's AMX kernels (Xeons since Sapphire
     Rapids) tile a product by its number of rows, so there a row's bits still move with its batch
-    (MiniLM: within one bf16 step, no label changed); the end-of-run measurement sees it and ``auto``
+    (MiniLM: within one bf16 step, enough to flip a near-tie); the end-of-run measurement sees it and ``auto``
     answers in fp32 there.  In fp32 the differences stay below 1e-6 and batches pad to their longest."""
     import torch
 
