@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from nlptasks.types import Backend, Finding, LoadOptions, Predictor, TaskSpec
 
 __all__ = [
+    "NEWER_ARGUMENTS",
     "PROJECT",
     "hookimpl",
     "hookspec",
@@ -105,6 +106,12 @@ __all__ = [
 ]
 
 PROJECT = "nlptasks"
+
+NEWER_ARGUMENTS: dict[str, tuple[str, ...]] = {"nlptasks_load_predictor": ("options",)}
+"""Arguments a hook gained after its first release.  An implementation that takes none of them is
+the hook's older form: it keeps working for at least one minor release with a ``nlptasks:
+deprecated:`` line on stderr when its plugin registers (:mod:`nlptasks.deprecations`), and ``nlptasks
+plugins`` marks it."""
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)

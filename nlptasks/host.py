@@ -29,6 +29,7 @@ from typing import Any
 import pluggy
 
 from nlptasks import hookspecs
+from nlptasks.deprecations import deprecated
 from nlptasks.engine import defaults
 from nlptasks.errors import PluginError, did_you_mean
 from nlptasks.types import Backend, TaskSpec
@@ -63,6 +64,8 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     backends: list[str] = field(default_factory=list)
+    old_forms: list[str] = field(default_factory=list)
+    """Hooks it implements in an older, deprecated form (:data:`nlptasks.hookspecs.NEWER_ARGUMENTS`)."""
 
 
 def _env_names(var: str) -> set[str] | None:
@@ -147,9 +150,30 @@ class Host:
                 hint="Hook names are listed in docs/hooks.md (and nlptasks/hookspecs.py).",
             ) from None
         self._dists[plugin_name] = dist or _module_dist(plugin)
+        for hook in self.old_forms(plugin):
+            new = ", ".join(hookspecs.NEWER_ARGUMENTS[hook])
+            deprecated(
+                f"hook:{hook}:{plugin_name}",
+                f"plugin {plugin_name!r} implements {hook} without its argument(s) {new}",
+                f"add {new} to its signature (docs/hooks.md#{hook.replace('_', '-')})",
+            )
         if self._built:  # host already built: collect this plugin's tasks now
             self._collect_tasks(only=plugin)
         return plugin_name
+
+    def old_forms(self, plugin: ModuleType | object) -> list[str]:
+        """The hooks ``plugin`` implements in an older form: without any of the arguments the hook
+        gained since (:data:`nlptasks.hookspecs.NEWER_ARGUMENTS`; wrappers see what they ask for)."""
+        old = []
+        for caller in self.pm.get_hookcallers(plugin) or []:
+            newer = hookspecs.NEWER_ARGUMENTS.get(caller.name)
+            if not newer:
+                continue
+            for impl in caller.get_hookimpls():
+                wrapper = impl.hookwrapper or getattr(impl, "wrapper", False)
+                if impl.plugin is plugin and not wrapper and not set(newer) & set(impl.argnames):
+                    old.append(caller.name)
+        return sorted(set(old))
 
     def unregister(self, plugin: ModuleType | object) -> None:
         name = self.pm.get_name(plugin)
@@ -237,7 +261,7 @@ class Host:
             )
             tasks = sorted(t.name for t in self.tasks.values() if t.plugin == name)
             backends = sorted(b.name for b in self.backends.values() if b.plugin == name)
-            infos.append(PluginInfo(name, dist, version, hooks, tasks, backends))
+            infos.append(PluginInfo(name, dist, version, hooks, tasks, backends, self.old_forms(plugin)))
         return sorted(infos, key=lambda i: (i.name != ENGINE_PLUGIN, i.name))
 
 

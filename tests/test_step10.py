@@ -263,3 +263,56 @@ def test_an_old_two_argument_predictor_hook_works_with_a_warning(cls_run):
     assert predictor.batch_size == 4  # set as an attribute for the old form
     assert predictor.model.dtype == torch.float32
     assert len(predictor(TEXTS)[0]["p"]) == 2
+
+
+def _old_plugin():
+    return type("Old", (), {"nlptasks_load_predictor": staticmethod(hookimpl(tryfirst=True)(OldStyle.hook))})
+
+
+def test_an_old_form_hook_is_said_once_on_stderr_in_a_fresh_process_and_marked_by_plugins(tmp_path):
+    """Python's default filters hide a DeprecationWarning raised in a library: the line on stderr is
+    what a user of the command line sees, once per process however often the plugin registers."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "old.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_step10 import _old_plugin\n"
+        "from nlptasks.testing import plugin_host\n"
+        "from nlptasks.host import reset_host\n"
+        "from nlptasks.cli import main\n"
+        "for _ in range(2):\n"
+        "    host = plugin_host(builtins=True)\n"
+        "    host.register(_old_plugin(), name='old-form')\n"
+        "reset_host(host)\n"
+        "sys.exit(main(['plugins']))\n",
+        encoding="utf-8",
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    line = (
+        "nlptasks: deprecated: plugin 'old-form' implements nlptasks_load_predictor without its argument(s) "
+        "options: add options to its signature (docs/hooks.md#nlptasks-load-predictor); the old form stops "
+        "working in nlptasks 0.3.0"
+    )
+    said = [x for x in done.stderr.splitlines() if x.startswith("nlptasks: deprecated:")]
+    assert said == [line], done.stderr  # (Python itself shows the warning too here: raised in __main__)
+    listing = done.stdout.split("old-form  (", 1)[1]
+    assert "OLD FORM nlptasks_load_predictor: deprecated, stops working in nlptasks 0.3.0" in listing
+    current = done.stdout.split("old-form  (", 1)[0]
+    assert "OLD FORM" not in current  # our own plugins take the current forms
+
+
+def test_quiet_deprecations_keep_stderr_clean_but_still_raise_the_warning(monkeypatch, capsys):
+    from nlptasks.deprecations import deprecated
+
+    monkeypatch.setenv("NLPTASKS_DEPRECATIONS", "quiet")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        deprecated("test:quiet", "a thing", "do the other thing")
+    assert capsys.readouterr().err == ""
+    assert [str(w.message) for w in caught] == [
+        "nlptasks: deprecated: a thing: do the other thing; the old form stops working in nlptasks 0.3.0"
+    ]

@@ -21,7 +21,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("ground", ("nlptasks.errors", "nlptasks.version", "nlptasks.labels", "nlptasks.metrics", "nlptasks.peft_support")),
+    (
+        "ground",
+        (
+            "nlptasks.errors",
+            "nlptasks.deprecations",
+            "nlptasks.version",
+            "nlptasks.labels",
+            "nlptasks.metrics",
+            "nlptasks.peft_support",
+        ),
+    ),
     ("task types", ("nlptasks.types",)),
     ("recipe", ("nlptasks.recipe",)),
     ("run context", ("nlptasks.context",)),

@@ -21,6 +21,7 @@ def register(sub: Any) -> None:
 
 
 def cmd(args: argparse.Namespace) -> int:
+    from nlptasks.deprecations import REMOVED_IN
     from nlptasks.pipeline import get_host
 
     host = get_host()
@@ -52,6 +53,10 @@ def cmd(args: argparse.Namespace) -> int:
             print(f"    best metric: {spec.best_metric_text()}; peft: {spec.peft_task_type_text()}")
             print(f"    metrics: {spec.metrics_text()}; labels: {spec.label_fields_text()}")
         print(f"  hooks: {', '.join(info.hooks) or '-'}")
+        for hook in info.old_forms:
+            print(
+                f"  OLD FORM {hook}: deprecated, stops working in nlptasks {REMOVED_IN} (docs/plugin-guide.md#deprecations)"
+            )
     for failure in host.failures:
         print(f"FAILED {failure}")
     return 0

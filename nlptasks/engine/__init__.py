@@ -19,8 +19,9 @@ The rooms, lowest first (a room may import its own and the rooms below; tools/im
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
+
+from nlptasks.deprecations import deprecated
 
 __all__: list[str] = []  # private: import from nlptasks.plugin
 
@@ -37,7 +38,9 @@ def __getattr__(name: str) -> Any:
     module = _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module 'nlptasks.engine' has no attribute {name!r}")
-    warnings.warn(
-        f"nlptasks.engine.{name} is private; import it from nlptasks.plugin", DeprecationWarning, stacklevel=2
+    deprecated(
+        f"name:nlptasks.engine.{name}",
+        f"nlptasks.engine.{name} is private",
+        f"import {name} from nlptasks.plugin",
     )
     return getattr(importlib.import_module(module), name)

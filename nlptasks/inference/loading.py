@@ -5,10 +5,10 @@ task, loaded with explicit :class:`~nlptasks.types.LoadOptions` (what ``nlptasks
 from __future__ import annotations
 
 import logging
-import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from nlptasks.deprecations import deprecated
 from nlptasks.engine.io.rundir import latest_run, read_manifest
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
@@ -70,11 +70,11 @@ def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host
     hook = host.hooks_for(task).nlptasks_load_predictor
     legacy = _legacy_implementations(hook)
     if legacy:
-        warnings.warn(
-            f"nlptasks_load_predictor(run_dir, manifest) in plugin {', '.join(legacy)}: the hook now takes "
-            "(run_dir, manifest, options); pass options to load_run(run_dir, manifest, auto_class, options)",
-            DeprecationWarning,
-            stacklevel=2,
+        deprecated(
+            f"hook:nlptasks_load_predictor:{','.join(legacy)}",
+            f"plugin {', '.join(legacy)} implements nlptasks_load_predictor(run_dir, manifest)",
+            "the hook now takes (run_dir, manifest, options): add the options argument and pass it on to "
+            "load_run(run_dir, manifest, auto_class, options)",
         )
         manifest = {**manifest, LEGACY_OPTIONS: options}
     predictor = hook(run_dir=run_dir, manifest=manifest, options=options)
