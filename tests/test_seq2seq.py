@@ -339,3 +339,42 @@ def _tiny_t5_config():
         eos_token_id=1,
         pad_token_id=0,
     )
+
+
+def test_a_t5_recipe_written_for_the_earlier_docs_still_validates_with_a_deprecation(host, tmp_path, monkeypatch):
+    """``[model.scratch.extra] d_ff`` from before ``intermediate`` mapped it: equal to the mapped value
+    (or with no ``intermediate`` in the recipe) it is accepted with one ``nlptasks: deprecated:`` line
+    naming the key and what to write; a different value is two sizes for one setting (an error that
+    gives both)."""
+    from nlptasks import deprecations
+    from nlptasks.recipe import dump_toml, read_toml
+
+    monkeypatch.setattr(deprecations, "_said", set())  # as in a fresh process
+    code, out, err = run_cli("validate", RECIPE, "--set", "model.scratch.extra.d_ff=128", host=host)
+    assert code == 0, err
+    said = [line for line in err.splitlines() if line.startswith("nlptasks: deprecated:")]
+    assert said == [
+        "nlptasks: deprecated: recipe key model.scratch.extra.d_ff = 128: write model.scratch.intermediate = 128 "
+        "instead ([model.scratch] sets it; the values agree); the old form stops working in nlptasks 0.3.0"
+    ], err
+
+    raw = read_toml(RECIPE)
+    del raw["model"]["scratch"]["intermediate"]
+    raw["model"]["scratch"]["extra"] = {"d_ff": 96}
+    for split in ("train", "validation", "test"):
+        if split in raw.get("data", {}):
+            raw["data"][split] = str((RECIPE.parent / raw["data"][split]).resolve())
+    old = tmp_path / "old.toml"
+    old.write_text(dump_toml(raw), encoding="utf-8")
+    from nlptasks.pipeline import load_recipe
+
+    loaded = load_recipe(old, [], host=host, check_files=False)
+    assert loaded.recipe.model.scratch.intermediate == 96 and "d_ff" not in loaded.recipe.model.scratch.extra
+
+    code, _, err = run_cli("validate", RECIPE, "--set", "model.scratch.extra.d_ff=64", host=host)
+    assert code == 2
+    assert (
+        "model.scratch.extra.d_ff: is set by model.scratch.intermediate: set it there (model.scratch.extra is for "
+        "the config values the recipe has no key for); the recipe gives model.scratch.intermediate = 128 and "
+        "model.scratch.extra.d_ff = 64"
+    ) in err, err

@@ -442,6 +442,7 @@ OVERRIDE_EXAMPLES = [
     'output.run_name="2024"',
     'options.labels=["neg", "pos"]',
     'train.extra={ optim = "adafactor" }',
+    'tune.space."train.weight_decay"={ low = 0.0, high = 0.1 }',
 ]
 
 
@@ -548,12 +549,23 @@ def gen_recipes() -> str:
         parts, value = parse_override(item)
         kind = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}
         shell = f"--set {shlex.quote(item)}"
-        out.append(f"| `{_cell(shell)}` | `{'.'.join(parts)}` | `{_cell(_toml(value))}` ({kind[type(value)]}) |")
+        key = ".".join(f'"{p}"' if "." in p else p for p in parts)
+        out.append(f"| `{_cell(shell)}` | `{_cell(key)}` | `{_cell(_toml(value))}` ({kind[type(value)]}) |")
     out += [
         "",
         "```sh",
         'nlptasks run recipes/cls.toml --set train.epochs=1 --set \'options.labels=["负面", "正面"]\'',
         "```",
+        "",
+        "A part of `KEY` in TOML quotes is one key, dots and all, as in a recipe file: a `[tune.space]`",
+        'entry is named after the recipe key it searches (`tune.space."train.learning_rate".high=1e-3`).',
+        "",
+        "**The model's source.** A recipe names a pretrained model (`model.name_or_path`) or builds one",
+        "(`[model.scratch]`), never both. On the command line the last word is yours: `--set",
+        "model.name_or_path=runs/mlm/RUN` on a from-scratch recipe starts from that model and leaves the",
+        "file's `[model.scratch]` out, and a `--set model.scratch.KEY=...` on a recipe that names a model",
+        "leaves out its `model.name_or_path`; both say so (`note: model.name_or_path (from --set) replaces",
+        "the recipe's [model.scratch], which was left out`). Both given with `--set` stay an error.",
         "",
         "## Relative paths",
         "",

@@ -23,9 +23,11 @@ from nlptasks.recipe.rules import (
     combination_problems,
     extra_problems,
     metric_problems,
+    migrate_scratch_extra,
     nulls_in_lists,
     optimize_problems,
     peft_problems,
+    switch_model_source,
     switch_peft_method,
     value_problems,
 )
@@ -198,12 +200,14 @@ def load_recipe(
     raw = json.loads(json.dumps(raw, default=str))  # deep copy; TOML dates become strings
 
     file_peft = dict(raw["peft"]) if isinstance(raw.get("peft"), dict) else None
+    file_model = dict(raw["model"]) if isinstance(raw.get("model"), dict) else None
     overridden: set[str] = set()
     for item in overrides:
         parts, value = parse_override(item)
         apply_override(raw, parts, value)
         overridden.add(".".join(parts))
-    notes = switch_peft_method(raw, file_peft, overridden)
+    notes = switch_peft_method(raw, file_peft, overridden) + switch_model_source(raw, file_model, overridden)
+    migrate_scratch_extra(raw)
     peft_section = raw.get("peft")
     if isinstance(peft_section, dict) and peft_section.get("method") == "none":
         del raw["peft"]  # [peft] switched off: train the whole model, ignore the table's other keys

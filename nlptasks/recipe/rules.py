@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from nlptasks.deprecations import deprecated
 from nlptasks.errors import Problem
 from nlptasks.peft_support import METHODS
 from nlptasks.recipe.arguments import optimize_conflicts, shadowed_by
@@ -28,9 +29,11 @@ __all__ = [
     "combination_problems",
     "extra_problems",
     "metric_problems",
+    "migrate_scratch_extra",
     "nulls_in_lists",
     "optimize_problems",
     "peft_problems",
+    "switch_model_source",
     "switch_peft_method",
     "value_problems",
 ]
@@ -64,6 +67,25 @@ def switch_peft_method(raw: dict[str, Any], file_peft: dict[str, Any] | None, ov
         f"peft.method: {old!r} → {new!r} (from --set); the recipe's {old} keys "
         f"{', '.join(dropped)} do not apply to {new!r} and were left out"
     ]
+
+
+def switch_model_source(raw: dict[str, Any], file_model: dict[str, Any] | None, overridden: set[str]) -> list[str]:
+    """``--set model.name_or_path=X`` on a recipe whose file builds ``[model.scratch]`` (or ``--set
+    model.scratch.KEY=...`` on one that names ``model.name_or_path``): the command line picks the
+    model's source, so the file's other source is left out, and said.  Both given with ``--set`` stay
+    an error (the user's own mismatch)."""
+    model = raw.get("model")
+    if file_model is None or not isinstance(model, dict):
+        return []
+    to_path = "model.name_or_path" in overridden and model.get("name_or_path") not in (None, "")
+    to_scratch = any(k == "model.scratch" or k.startswith("model.scratch.") for k in overridden)
+    if to_path and not to_scratch and "scratch" in file_model and "scratch" in model:
+        del model["scratch"]
+        return ["model.name_or_path (from --set) replaces the recipe's [model.scratch], which was left out"]
+    if to_scratch and not to_path and "name_or_path" in file_model and "name_or_path" in model:
+        del model["name_or_path"]
+        return ["model.scratch (from --set) replaces the recipe's model.name_or_path, which was left out"]
+    return []
 
 
 def peft_problems(raw: dict[str, Any], spec: TaskSpec | None, options: BaseModel | None) -> list[Problem]:
@@ -226,6 +248,35 @@ Fields whose meaning depends on the architecture (DistilBERT's ``hidden_dim``) a
 that architecture only (:func:`nlptasks.recipe.scratch.scratch_shadow`)."""
 
 
+def migrate_scratch_extra(raw: dict[str, Any]) -> None:
+    """``model.scratch.extra`` size fields (``d_ff``, ``num_layers``...) from recipes written before
+    ``[model.scratch]`` had a key for them: deprecated, not refused (docs/plugin-guide.md#deprecations).
+    A value the ``[model.scratch]`` key does not set is moved there; one equal to what it sets is
+    dropped; each with one ``nlptasks: deprecated:`` line.  A value that differs from the key's stays
+    an error (:func:`extra_problems`): two sizes for one setting."""
+    model = raw.get("model")
+    scratch = model.get("scratch") if isinstance(model, dict) else None
+    extra = scratch.get("extra") if isinstance(scratch, dict) else None
+    if not isinstance(extra, dict):
+        return
+    assert isinstance(scratch, dict)
+    for name in list(extra):
+        key = next((k for k, names in SIZE_FIELDS.items() if name in names), None)
+        if key is None or isinstance(extra[name], bool) or not isinstance(extra[name], int):
+            continue
+        if key in scratch and scratch[key] != extra[name]:
+            continue  # two sizes for one setting: extra_problems says so
+        value = extra.pop(name)
+        moved = key not in scratch
+        scratch[key] = value
+        deprecated(
+            f"recipe:model.scratch.extra.{name}",
+            f"recipe key model.scratch.extra.{name} = {value}",
+            f"write model.scratch.{key} = {value} instead ([model.scratch] sets it"
+            + (", and now does from this value)" if moved else "; the values agree)"),
+        )
+
+
 def _scratch_shadow(scratch: Any) -> Any:
     architecture = scratch.get("architecture", "bert") if isinstance(scratch, dict) else "bert"
 
@@ -255,8 +306,17 @@ def extra_problems(raw: dict[str, Any]) -> list[Problem]:
             "model.scratch.extra is for the config values the recipe has no key for",
         ),
     ]
+    size = scratch if isinstance(scratch, dict) else {}
     return [
-        Problem(f"{where}.{key}", f"is set by {source}: set it there ({purpose})")
+        Problem(
+            f"{where}.{key}",
+            f"is set by {source}: set it there ({purpose})"
+            + (
+                f"; the recipe gives {source} = {size[source.rsplit('.', 1)[1]]} and {where}.{key} = {extra[key]}"
+                if where == "model.scratch.extra" and source.rsplit(".", 1)[-1] in size
+                else ""
+            ),
+        )
         for where, extra, shadow, purpose in tables
         if isinstance(extra, dict)
         for key in extra

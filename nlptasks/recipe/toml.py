@@ -26,15 +26,46 @@ def parse_override(item: str) -> tuple[list[str], Any]:
             "--set",
             [Problem(item, "expected KEY=VALUE, e.g. --set train.learning_rate=3e-5")],
         )
-    key, _, text = item.partition("=")
-    parts = [p.strip() for p in key.strip().split(".")]
-    if not all(parts):
+    key, text = _split_override(item)
+    parts = _key_parts(key)
+    if not parts or not all(parts):
         raise RecipeError("--set", [Problem(item, "empty key part; keys look like train.learning_rate")])
     try:
         value = tomllib.loads(f"v = {text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
     return parts, value
+
+
+def _split_override(item: str) -> tuple[str, str]:
+    """``KEY=VALUE`` at the first ``=`` outside a quoted key part (``tune.space."a=b"=...``)."""
+    quote = None
+    for i, ch in enumerate(item):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "=":
+            return item[:i], item[i + 1 :]
+    return item, ""
+
+
+def _key_parts(key: str) -> list[str]:
+    """A dotted key as TOML reads one: ``tune.space."train.learning_rate"`` is three parts, the last
+    ``train.learning_rate`` (a ``[tune.space]`` entry names a recipe key); unquoted parts are split at
+    every dot."""
+    key = key.strip()
+    if '"' in key or "'" in key:
+        try:
+            node: Any = tomllib.loads(f"{key} = 0")
+        except tomllib.TOMLDecodeError:
+            return [p.strip() for p in key.split(".")]
+        parts = []
+        while isinstance(node, dict) and len(node) == 1:
+            name, node = next(iter(node.items()))
+            parts.append(name)
+        return parts
+    return [p.strip() for p in key.split(".")]
 
 
 def override_text(key: str, value: Any) -> str:
