@@ -124,9 +124,13 @@ class OnnxModel:
         import torch
 
         values = self.session.run(self.output_names, self.feed(**inputs))
-        return OnnxOutput(
-            {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in zip(self.output_names, values, strict=True)}
-        )
+        # outputs on the inputs' device: a Trainer on a GPU (export's and eval's own measurement) moves the
+        # batch there, and a task's pooling or loss then meets the session's CPU outputs (docs/gpu.md, H200)
+        device = next((v.device for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+        outputs = {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in zip(self.output_names, values, strict=True)}
+        if device is not None and device.type != "cpu":
+            outputs = {n: t.to(device) for n, t in outputs.items()}
+        return OnnxOutput(outputs)
 
     def feed(self, **inputs: Any) -> dict[str, Any]:
         """What the session is given for ``inputs`` (torch tensors, arrays or lists): each graph
