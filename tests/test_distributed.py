@@ -29,7 +29,10 @@ SETS = [
 
 
 def _env() -> dict[str, str]:
+    # CPU processes with gloo, as the module says: on a machine with one GPU two ranks would share it and
+    # NCCL refuses (docs/gpu.md, H200)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / ".pp"), env.get("PYTHONPATH", "")])
     return env
 
@@ -410,3 +413,17 @@ def test_two_nodes_killed_on_one_mid_epoch_resume_to_the_uninterrupted_metrics(t
     # the whole run's totals: each rank restores its own (rank 0's alone would count twice)
     assert b["train"]["loss"] == pytest.approx(a["train"]["loss"], abs=1e-5)
     assert b["train"]["tokens"] == a["train"]["tokens"]
+
+
+def test_more_processes_than_gpus_are_refused_before_the_launch(monkeypatch):
+    import torch
+
+    from nlptasks.errors import NlptasksError
+    from nlptasks.pipeline import launch as launching
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(launching.subprocess, "call", lambda *a, **k: pytest.fail("torchrun was started"))
+    with pytest.raises(NlptasksError) as info:
+        launching.launch(2, ["run", "recipes/cls.toml"])
+    assert "shows 1 CUDA GPU(s)" in str(info.value) and "CUDA_VISIBLE_DEVICES= " in info.value.hint

@@ -29,6 +29,14 @@ def launch(
         raise NlptasksError(f"--nproc: {nproc} processes; give 1 or more")
     if "WORLD_SIZE" in os.environ:
         raise NlptasksError("--nproc: already inside a distributed launcher (WORLD_SIZE is set); drop --nproc")
+    gpus = _visible_gpus()
+    if 0 < gpus < nproc:  # NCCL would refuse at start-up: "Duplicate GPU detected"
+        raise NlptasksError(
+            f"--nproc {nproc}: this machine shows {gpus} CUDA GPU(s), and each process needs its own "
+            "(NCCL refuses two processes on one GPU)",
+            hint=f"Use --nproc {gpus}, or hide the GPUs to train {nproc} CPU processes with gloo: "
+            f"CUDA_VISIBLE_DEVICES= nlptasks run ... --nproc {nproc}",
+        )
     launcher = launcher_args(nproc, nnodes, endpoint, node_rank, rdzv_id)
     command = torchrun_command(nproc, argv, launcher)
     print("launch: " + " ".join(command[1:]), file=sys.stderr)
@@ -43,6 +51,13 @@ def launch(
             file=sys.stderr,
         )
     return status
+
+
+def _visible_gpus() -> int:
+    """CUDA GPUs this process sees (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _torchrun_dies_with_us() -> None:
