@@ -22,6 +22,7 @@ CASES = {
     "ner": ("ner.toml", DATA / "ner" / "test.jsonl", ()),
     "pair-cross": ("pair.toml", DATA / "pair" / "test.csv", ()),
     "pair-bi": ("pair.toml", DATA / "pair" / "test.csv", ("options.mode=bi",)),
+    "mlm": ("mlm.toml", DATA / "cls" / "test.csv", ()),
     "sft": (
         "sft.toml",
         DATA / "sft" / "test.jsonl",
@@ -58,6 +59,13 @@ def test_the_runs_test_file_gives_back_its_test_metrics(case, cli, tmp_path):
     for key, value in expected.items():
         assert scored[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     assert got["rows_per_second"] > 0 and abs(got["rows"] / got["rows_per_second"] - got["seconds"]) <= 0.06
+    # both say how their figures were computed, and they were computed alike: what makes them equal
+    ran = read_metrics(run)["computed"]
+    assert set(ran) == {"threads", "precision", "backend", "device", "processes"} and ran["threads"] >= 1
+    assert got["computed"] == ran
+    if got["errors"] is None:  # a task that lists no wrong predictions (mlm)
+        assert not (out / "errors.jsonl").exists()
+        return
     errors = _errors(out)
     assert got["errors"] == len(errors)
     assert all(isinstance(e["row"], int) and e["row"] >= 1 for e in errors)
@@ -150,3 +158,30 @@ def test_an_adapter_run_is_scored_with_its_adapter(cli, tmp_path):
     assert got["test"]["loss"] == pytest.approx(expected["loss"], rel=1e-5)
     base, _ = _eval(cli, run, "--data", str(DATA / "cls" / "test.csv"), "--base-only")
     assert base["test"]["loss"] != pytest.approx(expected["loss"], rel=1e-3)  # the adapter made a difference
+
+
+def test_compare_flags_an_eval_computed_with_other_threads_than_the_run(cli, tmp_path):
+    """A figure moves with the threads that compute it (the sums of a matrix product are ordered by
+    them): an eval computed with other threads than its run is flagged beside the run's figures, and
+    the card says how the run's were computed."""
+    import torch
+
+    run = tiny_run(tmp_path / "runs", "cls.toml", "t", *FAST, epochs=None)
+    ran = read_metrics(run)["computed"]
+    other = 1 if ran["threads"] != 1 else 2
+    threads = torch.get_num_threads()
+    torch.set_num_threads(other)
+    try:  # into the run's own eval/ folder (the default), where compare finds it
+        code, _, err = cli("eval", run, "--backend", "torch", "--data", str(DATA / "cls" / "test.csv"))
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    (record,) = run.glob("eval/**/metrics.json")
+    assert json.loads(record.read_text(encoding="utf-8"))["computed"]["threads"] == other
+    code, out, err = cli("compare", run)
+    assert code == 0, err
+    assert "| figures computed with | " in out and f"{ran['threads']} thread" in out
+    assert "**Figures computed differently**" in out
+    assert f"- eval `test.csv` of `t`: threads {ran['threads']} vs {other}" in out, out
+    card = (run / "README.md").read_text(encoding="utf-8")
+    assert f"| figures computed with | {ran['threads']} thread" in card

@@ -160,6 +160,7 @@ def test_installed_multilabel_trains_and_infers(site, tmp_path):
         site=site,
     )
     scored = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+    assert scored["computed"] == metrics["computed"]  # computed alike: the figures' condition
     for key in ("f1_macro", "exact_match", "loss"):
         assert scored["test"][key] == pytest.approx(metrics["test"][key], rel=1e-5), key
     errors = [json.loads(line) for line in (out_dir / "errors.jsonl").read_text(encoding="utf-8").splitlines()]

@@ -186,6 +186,29 @@ def test_an_onnx_export_is_evaluated_as_its_run_is(quick_run, host, tmp_path):
     torch_figures, onnx_figures = figures
     assert {"exact_match", "f1", "loss"} <= set(onnx_figures)
     assert onnx_figures == pytest.approx(torch_figures, abs=1e-4)
+    # run = eval: the run's own weights, computed as the run computed its figures (threads, precision,
+    # device), give back its windowed test figures (answers over a context's windows)
+    out = tmp_path / "eval-own"
+    ran = json.loads((quick_run.output_dir / "metrics.json").read_text(encoding="utf-8"))
+    scored_rows = json.loads((quick_run.output_dir / "nlptasks.json").read_text(encoding="utf-8"))["data"]["rows"]
+    code, _, err = run_cli(
+        "eval",
+        quick_run.output_dir,
+        "--data",
+        PACKAGE / "data" / "test.jsonl",
+        "--output",
+        out,
+        "--backend",
+        "torch",
+        "--set",
+        f"data.max_eval_rows={scored_rows['test']}",  # the rows the run scored
+        host=host,
+    )
+    assert code == 0, err
+    scored = json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    assert scored["computed"] == ran["computed"]
+    for key in ("exact_match", "f1", "loss"):
+        assert scored["test"][key] == pytest.approx(ran["test"][key], rel=1e-5), key
     rows = [
         json.loads(line) for line in (PACKAGE / "data" / "test.jsonl").read_text(encoding="utf-8").splitlines()[:12]
     ]

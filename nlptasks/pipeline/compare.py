@@ -8,9 +8,13 @@ from typing import Any
 
 from nlptasks.engine.io.rundir import COMPLETE, MANIFEST
 from nlptasks.engine.reports.card import RATE_KEYS, num
+from nlptasks.engine.training.provenance import COMPUTED_KEYS, computed_text, differences
 from nlptasks.errors import NlptasksError, Problem
 
 __all__ = ["compare"]
+
+COMPUTED = " computed"
+"""The key an eval's ``computed`` record is kept under beside its metrics (a space: never a metric name)."""
 
 
 def compare(run_dirs: list[Path]) -> str:
@@ -63,6 +67,15 @@ def compare(run_dirs: list[Path]) -> str:
             lines.append(
                 f"| eval `{data_name}` {k} | " + " | ".join(num((e.get(data_name) or {}).get(k)) for e in evals) + " |"
             )
+    computed = [m.get("computed") for m in metrics]
+    lines.append("| figures computed with | " + " | ".join(computed_text(c) for c in computed) + " |")
+    for data_name in sorted({name for e in evals for name in e}):
+        cells = []
+        for c, e in zip(computed, evals, strict=True):
+            record = (e.get(data_name) or {}).get(COMPUTED)
+            moved = differences(c, record)
+            cells.append(computed_text(record) + (f" **(≠ run: {'; '.join(moved)})**" if moved else ""))
+        lines.append(f"| eval `{data_name}` computed with | " + " | ".join(cells) + " |")
     lines.append("| wall time (s) | " + " | ".join(_one(m.get("seconds")) for m in metrics) + " |")
     lines.append(
         "| train samples/s | "
@@ -97,6 +110,28 @@ def compare(run_dirs: list[Path]) -> str:
             lines.append(f"| `{k}` | " + " | ".join(_recipe_value(r.get(k)) for r in recipes) + " |")
     else:
         lines += ["", "Recipes: identical (apart from output.*)."]
+    known = [c for c in computed if c]
+    apart = [
+        f"{k} ({', '.join(str(c.get(k)) for c in known)})"
+        for k in COMPUTED_KEYS
+        if len({json.dumps(c.get(k)) for c in known}) > 1
+    ]
+    flagged = [
+        f"eval `{name}` of `{n}`: {'; '.join(moved)}"
+        for n, c, e in zip(names, computed, evals, strict=True)
+        for name, record in sorted(e.items())
+        if (moved := differences(c, record.get(COMPUTED)))
+    ]
+    if apart or flagged:
+        lines += [
+            "",
+            "**Figures computed differently** (threads, precision, backend and device change the last digits and",
+            "a near-tie's answer: compare like with like, e.g. `nlptasks eval --precision`, `OMP_NUM_THREADS`):",
+            "",
+        ]
+        if apart:
+            lines.append(f"- the runs differ in {', '.join(apart)}")
+        lines += [f"- {f}" for f in flagged]
     return "\n".join(lines)
 
 
@@ -110,7 +145,7 @@ def _evaluations(run_dir: Path) -> dict[str, dict[str, Any]]:
         except (OSError, json.JSONDecodeError):
             continue
         if isinstance(record.get("test"), dict) and record.get("source"):
-            found[Path(record["source"]).name] = record["test"]
+            found[Path(record["source"]).name] = {**record["test"], COMPUTED: record.get("computed")}
     return found
 
 

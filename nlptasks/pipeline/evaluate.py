@@ -32,6 +32,7 @@ from typing import Any
 from nlptasks.context import RunContext
 from nlptasks.engine.io.outputs import atomic_folder, check_new_folder
 from nlptasks.engine.io.rundir import write_json, write_text_atomic
+from nlptasks.engine.training.provenance import computed_text, computed_with
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
 from nlptasks.inference.backends import backend_table
@@ -63,6 +64,8 @@ class EvalResult:
     errors: int | None = None  # None: the task does not list its errors
     seconds: float = 0.0
     precision: str | None = None  # what the Trainer computed in (fp32, bf16, fp16)
+    computed: dict[str, Any] = field(default_factory=dict)
+    """How the figures were computed (threads, precision, backend, device: ``computed_with``)."""
 
     @property
     def rows_per_second(self) -> float:
@@ -255,6 +258,7 @@ def _score(
         errors=None if errors is None else len(errors),
         seconds=seconds,
         precision="bf16" if trainer.args.bf16 else "fp16" if trainer.args.fp16 else "fp32",
+        computed=computed_with(trainer, backend.name),
     )
     shutil.rmtree(ctx.checkpoints_dir, ignore_errors=True)  # the Trainer's output folder: nothing is trained
     _write(ctx, run_dir, result, errors, sections)
@@ -300,6 +304,7 @@ def _write(
             "seconds": round(result.seconds, 1),
             "rows_per_second": round(result.rows_per_second, 1),
             "precision": result.precision,
+            "computed": result.computed,
         },
     )
     if errors is not None:
@@ -317,6 +322,7 @@ def _report(ctx: RunContext, run_dir: Path, result: EvalResult, sections: list[s
         f"- run: `{run_dir}`",
         f"- data: `{result.source}` ({result.rows} rows, {result.examples} examples scored)",
     ]
+    lines.append(f"- computed with: {computed_text(result.computed)}")
     if result.dropped:
         lines.append("- dropped: " + ", ".join(f"{n} {why}" for why, n in result.dropped.items()))
     if result.errors is not None:

@@ -291,8 +291,15 @@ def save_run(
     if ctx.labels is not None:
         write_json(out / "labels.json", ctx.labels)
     from nlptasks.engine.reports.card import LOG_HISTORY, peak_memory
+    from nlptasks.engine.training.provenance import computed_with
 
-    full_metrics = {**metrics, "dropped": ctx.dropped, "seconds": round(seconds, 1), "resources": peak_memory()}
+    full_metrics = {
+        **metrics,
+        "dropped": ctx.dropped,
+        "seconds": round(seconds, 1),
+        "resources": peak_memory(),
+        "computed": computed_with(trainer),  # the validation and test figures: threads, precision, device
+    }
     write_json(out / "metrics.json", full_metrics)
     write_json(out / LOG_HISTORY, list(getattr(getattr(trainer, "state", None), "log_history", None) or []))
     write_json(out / MANIFEST, manifest)

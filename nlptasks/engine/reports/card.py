@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.training.provenance import computed_text
 from nlptasks.types import Usage
 
 __all__ = [
@@ -151,6 +152,7 @@ def model_card(
         ),
         ("max length", f"{manifest.get('max_length')} tokens"),
         ("precision", manifest.get("precision", "-")),
+        ("figures computed with", computed_text(metrics.get("computed"))),
         (
             "wall time",
             f"{metrics.get('seconds', 0):.0f} s"
@@ -163,7 +165,7 @@ def model_card(
         ("recipe sha256", f"`{manifest.get('recipe_sha256', '-')}`"),
     ]
     if "cuda_max_allocated_mb" in resources:
-        facts.insert(9, ("GPU memory", f"{resources['cuda_max_allocated_mb']:.0f} MiB max allocated"))
+        facts.insert(10, ("GPU memory", f"{resources['cuda_max_allocated_mb']:.0f} MiB max allocated"))
     lines += ["| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts], ""]
 
     data = manifest.get("data") or {}
