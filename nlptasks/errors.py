@@ -8,10 +8,20 @@ the command that helps next.  Nothing else reaches the user as a traceback unles
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DataError", "NlptasksError", "PluginError", "Problem", "RecipeError", "did_you_mean", "first_line"]
+__all__ = [
+    "redact",
+    "DataError",
+    "NlptasksError",
+    "PluginError",
+    "Problem",
+    "RecipeError",
+    "did_you_mean",
+    "first_line",
+]
 
 
 @dataclass(frozen=True)
@@ -23,6 +33,16 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.message}" if self.where else self.message
+
+
+_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<secret>[^@\s/]+)@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``
+    (``postgresql://user:secret@host/db`` → ``postgresql://user:***@host/db``): what nlptasks prints
+    or logs never shows a credential a user passed in a URL."""
+    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
 
 
 class NlptasksError(Exception):
@@ -39,7 +59,7 @@ class NlptasksError(Exception):
         lines += [f"  {p}" for p in self.problems]
         if self.hint:
             lines.append(self.hint)
-        return "\n".join(lines)
+        return redact("\n".join(lines))
 
     def __str__(self) -> str:
         return self.render()

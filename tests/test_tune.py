@@ -239,3 +239,29 @@ def test_two_processes_share_one_sqlite_study(tmp_path):
     pids = [t.user_attrs.get("pid") for t in trials]
     assert len(set(pids)) == 2 and None not in pids  # both processes ran trials, each trial ran once
     assert sorted(t.number for t in trials) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://tuner:s3cr3t-pw@127.0.0.1:1/studies", "mysql://root:s3cr3t-pw@[::1]:1/x"]
+)
+def test_a_storage_url_password_is_never_printed(tmp_path, host, url):
+    """A database that cannot be reached (port 1), a driver that is missing: the error names the
+    URL with its password replaced, from the command line and in a fresh process's log."""
+    path = recipe(tmp_path, trials=1)
+    code, out, err = run_cli("tune", path, *sets(tmp_path), "--storage", url, host=host)
+    assert code == 2, err
+    assert "s3cr3t-pw" not in out + err
+    assert url.split("//")[1].split(":")[0] + ":***@" in err, err
+
+
+def test_redact_replaces_every_urls_password_and_nothing_else():
+    from nlptasks.errors import NlptasksError, redact
+
+    assert redact("a postgresql+psycopg://u:p%40ss@h:5432/db and https://x:y@h/p") == (
+        "a postgresql+psycopg://u:***@h:5432/db and https://x:***@h/p"
+    )
+    assert redact("https://host/path?a=b:c@d sqlite:///study.db user@host") == (
+        "https://host/path?a=b:c@d sqlite:///study.db user@host"
+    )
+    error = NlptasksError("--storage redis://:hunter2@h/0: refused", hint="try postgresql://a:b@c/d")
+    assert "hunter2" not in str(error) and ":b@" not in error.render()

@@ -108,11 +108,20 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+class _Redacting(logging.Formatter):
+    """Log lines with every URL's password replaced (``nlptasks.errors.redact``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from nlptasks.errors import redact
+
+        return redact(super().format(record))
+
+
 def setup_logging(quiet: bool) -> None:
     logger = logging.getLogger("nlptasks")
     if not logger.handlers:
         handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("nlptasks: %(message)s"))
+        handler.setFormatter(_Redacting("nlptasks: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
     logger.propagate = False
