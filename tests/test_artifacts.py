@@ -138,7 +138,39 @@ def test_a_changed_manifest_or_tokenizer_is_named(cli, cls_run, tmp_path):
     manifest = run / "nlptasks.json"
     manifest.write_text(manifest.read_text(encoding="utf-8").replace('"task"', '"task" ', 1), encoding="utf-8")
     code, _, err = cli("infer", "--model", run, "好")
-    clean_error(code, err, "2 files are missing or damaged", "tokenizer.json: damaged", "nlptasks.json: damaged")
+    clean_error(
+        code, err, "2 files are missing, damaged or unrecorded", "tokenizer.json: damaged", "nlptasks.json: damaged"
+    )
+
+
+@pytest.mark.parametrize("cut", ["the-model-line", "empty", "header-only-weights"])
+def test_a_file_the_checksums_do_not_name_is_refused(cli, onnx_run, tmp_path, cut):
+    """A SHA256SUMS with the model's line removed, or emptied, would check nothing of what loads: a
+    bit-flipped model.onnx loaded with exit 0.  A file loading may read that the list does not name
+    is refused, as a damaged one is; an added weights file too."""
+    export = copy(onnx_run, tmp_path)
+    sums = export / "SHA256SUMS"
+    lines = sums.read_text(encoding="utf-8").splitlines(keepends=True)
+    if cut == "the-model-line":
+        sums.write_text("".join(line for line in lines if not line.endswith("  model.onnx\n")), encoding="utf-8")
+        damage(export / "model.onnx", "bit-flipped")
+        unrecorded = export / "model.onnx"
+    elif cut == "empty":
+        sums.write_text("", encoding="utf-8")
+        unrecorded = export / "nlptasks.json"
+    else:
+        unrecorded = export / "extra.safetensors"
+        unrecorded.write_bytes(b"\0" * 16)
+    fragments = (f"{unrecorded}: not in SHA256SUMS", "not loaded")
+    code, _, err = cli("infer", "--model", export, "好")
+    clean_error(code, err, *fragments)
+    code, _, err = cli("eval", export, "--data", TEST_CSV, "-o", tmp_path / "eval")
+    clean_error(code, err, *fragments)
+    import nlptasks
+    from nlptasks.errors import NlptasksError
+
+    with pytest.raises(NlptasksError, match="not in SHA256SUMS"):
+        nlptasks.load(export)
 
 
 def test_a_run_made_before_checksums_still_loads(cli, cls_run, onnx_run, tmp_path):

@@ -117,8 +117,10 @@ def read_sums(folder: Path) -> dict[str, str] | None:
 
 def verify(folder: Path, again: str) -> None:
     """Check ``folder`` against its ``SHA256SUMS``: every recorded file must exist with the recorded
-    bytes.  An error lists each missing or changed file; ``again`` is the command that makes the
-    folder again (the error's last line).  A folder without ``SHA256SUMS`` passes, unchecked."""
+    bytes, and every file :func:`sealed_files` finds must be recorded (an empty or cut list checks
+    nothing otherwise).  An error lists each missing, changed or unrecorded file; ``again`` is the
+    command that makes the folder again (the error's last line).  A folder without ``SHA256SUMS``
+    passes, unchecked."""
     sums = read_sums(folder)
     if sums is None:
         logging.getLogger("nlptasks").debug("%s: no %s (an older run): files not checked", folder, SUMS)
@@ -142,10 +144,21 @@ def verify(folder: Path, again: str) -> None:
                     f"damaged: its sha256 differs from the one recorded when it was written ({size} bytes now)",
                 )
             )
+    # A file loading may read that the list does not name (a line removed, an empty list): unchecked
+    # bytes would load, so it is refused as a damaged one is.
+    for rel in sealed_files(folder):
+        if rel not in sums:
+            problems.append(
+                Problem(
+                    str(folder / rel),
+                    f"not in {SUMS} (a line removed, or a file added after the run was sealed): its bytes "
+                    "cannot be checked",
+                )
+            )
     if problems:
         noun = "file is" if len(problems) == 1 else "files are"
         raise NlptasksError(
-            f"{folder}: {len(problems)} {noun} missing or damaged ({SUMS}); the model is not loaded",
+            f"{folder}: {len(problems)} {noun} missing, damaged or unrecorded ({SUMS}); the model is not loaded",
             problems,
             hint=f"Make it again: {again}   (or restore the folder from a copy)",
         )
