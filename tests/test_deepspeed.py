@@ -181,7 +181,7 @@ def torch_close(a, b) -> bool:
 )
 def test_bad_deepspeed_settings_name_their_key(cli, tmp_path, sets, where, says):
     argv = [a for s in (*TINY, *sets, f"output.dir={tmp_path}") for a in ("--set", s)]
-    code, _, err = cli("run", str(RECIPES / "cls.toml"), "--no-progress", *argv)
+    code, _, err = cli("validate", str(RECIPES / "cls.toml"), "--nproc", "2", *argv)  # what run --nproc 2 checks
     assert code == 2, err
     assert where in err and says in err, err
     assert "Traceback" not in err
@@ -192,13 +192,39 @@ def test_no_compiler_or_no_package_is_refused_with_the_reason(cli, monkeypatch, 
 
     argv = ["--set", "train.zero=2", "--set", f"output.dir={tmp_path}"]
     monkeypatch.setenv("CXX", "/nonexistent/c++")
-    code, out, err = cli("validate", str(RECIPES / "cls.toml"), *argv)
-    assert "refuses it on this machine" in out + err and "build_shm_op" in out + err, out + err
+    code, out, err = cli("validate", str(RECIPES / "cls.toml"), *argv, "--nproc", "2")
+    assert code == 2 and "train.zero" in err and "build_shm_op" in err, out + err
     code, _, err = cli("run", str(RECIPES / "cls.toml"), *argv)
     assert code == 2 and "train.zero" in err and "C++ compiler" in err and "Traceback" not in err, err
+    assert "distributed launch: run with --nproc N" in err  # and without --nproc: every problem at once
     monkeypatch.delenv("CXX")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else real(name, *a))
     code, _, err = cli("run", str(RECIPES / "cls.toml"), *argv)
     assert code == 2 and "train.zero" in err and "pip install deepspeed" in err, err
     assert not list(tmp_path.rglob("*.safetensors"))  # refused before anything trained
+    from nlptasks.pipeline import launch as launching
+
+    monkeypatch.setattr(launching.subprocess, "call", lambda *a, **k: pytest.fail("torchrun was started"))
+    code, _, err = cli("run", str(RECIPES / "cls.toml"), *argv, "--nproc", "2")
+    assert code == 2 and "pip install deepspeed" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "sets,nproc,says",
+    [
+        (["train.zero=2"], None, "train.zero: DeepSpeed trains in a distributed launch: run with --nproc N"),
+        (["train.extra.deepspeed={zero_optimization={stage=2}}"], None, "train.extra.deepspeed: DeepSpeed trains"),
+        (["train.zero=true"], "2", "train.zero: expected one of 1, 2, 3, got true"),
+        (["train.zero=false"], "2", "train.zero: expected one of 1, 2, 3, got false"),
+    ],
+)
+def test_validate_refuses_distributed_keys_a_plain_run_cannot_honour(cli, sets, nproc, says):
+    """DeepSpeed's keys on a run without --nproc ended in a traceback (mpi4py) after validate said ok;
+    train.zero = true was taken as stage 1."""
+    argv = [a for s in sets for a in ("--set", s)] + (["--nproc", nproc] if nproc else [])
+    code, out, err = cli("validate", str(RECIPES / "cls.toml"), *argv)
+    assert code == 2 and says in err and "Traceback" not in err, out + err
+    if nproc is None:
+        code, out, err = cli("validate", str(RECIPES / "cls.toml"), *argv, "--nproc", "1")
+        assert code == 0, err

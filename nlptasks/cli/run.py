@@ -72,6 +72,9 @@ def cmd(args: argparse.Namespace) -> int:
         )
     if args.nproc is not None:
         from nlptasks.pipeline.launch import launch
+        from nlptasks.pipeline.validate import check_launch
+
+        check_launch(loaded, args.nproc)  # before torchrun starts N processes that would each fail
 
         return launch(args.nproc, args.argv, args.nnodes, args.rdzv_endpoint, args.node_rank, args.rdzv_id)
     from nlptasks.pipeline.launch import is_main

@@ -20,6 +20,12 @@ def register(sub: Any) -> None:
     )
     add_recipe_arguments(p)
     p.add_argument("--show", action="store_true", help="print the resolved recipe (defaults filled in)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        metavar="N",
+        help="check it as `nlptasks run --nproc N` runs it (DeepSpeed's keys need a distributed launch)",
+    )
     p.set_defaults(func=cmd)
 
 
@@ -29,8 +35,9 @@ def cmd(args: argparse.Namespace) -> int:
 
     loaded = load_recipe(args.recipe, args.overrides)
     print_notes(loaded)
-    from nlptasks.pipeline.validate import machine_notes, preflight
+    from nlptasks.pipeline.validate import check_launch, machine_notes, preflight
 
+    check_launch(loaded, args.nproc)  # DeepSpeed without --nproc or its package: refused, as run refuses it
     preflight(loaded)  # what a run checks before it reads data: libraries, config.json, memory
     r = loaded.recipe
     data = r.data.hub or ", ".join(
@@ -43,6 +50,6 @@ def cmd(args: argparse.Namespace) -> int:
         print(dump_toml(loaded.resolved()), end="")
     else:
         print(f"ok: {args.recipe}: task {loaded.task.name!r}, data {data}, model {model}")
-    for note in machine_notes(loaded):
+    for note in machine_notes(loaded, launched=args.nproc is not None):
         print(f"note: {note}", file=sys.stderr)
     return 0

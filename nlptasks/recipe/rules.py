@@ -331,7 +331,16 @@ def _numbers_only(annotation: Any) -> bool:
         if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
         else (annotation,)
     )
-    kinds = {a for a in args if a is not type(None)}
+    kinds = set()
+    for a in args:
+        if a is type(None):
+            continue
+        if typing.get_origin(a) is typing.Literal:  # Literal[1, 2, 3]: numbers too (train.zero = true is 1)
+            values = typing.get_args(a)
+            if values and all(type(v) in (int, float) for v in values):
+                kinds.add(int)
+                continue
+        kinds.add(a)
     return bool(kinds) and kinds <= {int, float}
 
 
@@ -360,7 +369,14 @@ def value_problems(node: Any, model: type[BaseModel] | None, path: str = "") -> 
         where = f"{path}.{key}" if path else str(key)
         field = fields.get(key)
         if field is not None and isinstance(value, bool) and _numbers_only(field.annotation):
-            problems.append(Problem(where, f"expected a number, got {str(value).lower()}"))
+            allowed = [
+                str(v)
+                for a in (field.annotation, *typing.get_args(field.annotation))
+                if typing.get_origin(a) is typing.Literal
+                for v in typing.get_args(a)
+            ]
+            expected = f"one of {', '.join(allowed)}" if allowed else "a number"
+            problems.append(Problem(where, f"expected {expected}, got {str(value).lower()}"))
             continue
         problems += value_problems(value, _model_in(field.annotation) if field is not None else None, where)
     return problems

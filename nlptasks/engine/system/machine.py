@@ -50,12 +50,15 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: bool | None = None) -> list[Problem]:
+def machine_problems(
+    recipe: Recipe, cuda: bool | None = None, bitsandbytes: bool | None = None, launched: bool | None = None
+) -> list[Problem]:
     """Recipe keys this machine cannot honour: half precision, quantization, the 8-bit optimizer
     and tf32 need CUDA, and quantization and the 8-bit optimizer need bitsandbytes.  Checked at run start, before any model is loaded.
 
     :param cuda: whether a CUDA GPU is present (default: ask torch).
     :param bitsandbytes: whether bitsandbytes is installed (default: look for it).
+    :param launched: whether the run is a distributed launch's (default: ``WORLD_SIZE`` is set).
     """
     import importlib.util
 
@@ -96,7 +99,7 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
                 "remove fsdp here (and run with --nproc N for DDP)",
             )
         )
-    problems += deepspeed_problems(recipe, cuda)
+    problems += deepspeed_problems(recipe, cuda, launched)
     if opt.tf32 and not cuda:
         problems.append(
             Problem("optimize.tf32", "true needs a CUDA GPU (Ampere or newer); this machine has none (use false)")
@@ -130,7 +133,7 @@ def machine_problems(recipe: Recipe, cuda: bool | None = None, bitsandbytes: boo
     return problems
 
 
-def deepspeed_problems(recipe: Recipe, cuda: bool) -> list[Problem]:
+def deepspeed_problems(recipe: Recipe, cuda: bool, launched: bool | None = None) -> list[Problem]:
     """What stops DeepSpeed (``train.zero`` or ``train.extra.deepspeed``) on this machine: the
     package, and on CPU processes a C++ compiler: DeepSpeed's CPU communication backend compiles
     its shared-memory op when it starts (``deepspeed/comm/torch.py``: ``TorchBackend.__init__`` calls
@@ -143,19 +146,29 @@ def deepspeed_problems(recipe: Recipe, cuda: bool) -> list[Problem]:
     key = "train.zero" if recipe.train.zero is not None else "train.extra.deepspeed"
     if recipe.train.zero is None and not recipe.train.extra.get("deepspeed"):
         return []
+    problems = []
+    if not (launched if launched is not None else "WORLD_SIZE" in os.environ):
+        problems.append(
+            Problem(
+                key,
+                "DeepSpeed trains in a distributed launch: run with --nproc N (N processes, 1 is fine; "
+                "validate with --nproc N too), or under torchrun or accelerate launch",
+            )
+        )
     if importlib.util.find_spec("deepspeed") is None:
-        return [Problem(key, "needs the deepspeed package (not installed: pip install deepspeed)")]
+        return [*problems, Problem(key, "needs the deepspeed package (not installed: pip install deepspeed)")]
     compiler = os.environ.get("CXX", "c++")
     if not cuda and shutil.which(compiler) is None:
         return [
+            *problems,
             Problem(
                 key,
                 f"DeepSpeed on CPU processes compiles its shared-memory communication op at start-up "
                 f"(deepspeed/comm/torch.py, build_shm_op) and needs a C++ compiler; {compiler!r} is not on PATH "
                 "(install g++, or set CXX), or train without DeepSpeed (--nproc N alone is DDP)",
-            )
+            ),
         ]
-    return []
+    return problems
 
 
 _CPU_VALUES = {
@@ -168,18 +181,20 @@ _CPU_VALUES = {
 }
 
 
-def check_machine(recipe: Recipe, source: str = "recipe") -> None:
+def check_machine(recipe: Recipe, source: str = "recipe", launched: bool | None = None) -> None:
     """Raise a :class:`RecipeError` naming the keys this machine cannot honour (see :func:`machine_problems`)."""
-    problems = machine_problems(recipe)
+    problems = machine_problems(recipe, launched=launched)
     if problems:
+        here = " ".join(
+            dict.fromkeys(f"--set {p.where}={_CPU_VALUES[p.where]}" for p in problems if p.where in _CPU_VALUES)
+        )
         raise RecipeError(
             source,
             problems,
             hint="Half precision, 4/8-bit loading, 8-bit optimizers and tf32 run on a CUDA GPU only (docs/peft.md, "
-            "docs/optimize.md); on this machine: "
-            + " ".join(
-                dict.fromkeys(f"--set {p.where}={_CPU_VALUES[p.where]}" for p in problems if p.where in _CPU_VALUES)
-            ),
+            f"docs/optimize.md); on this machine: {here}"
+            if here
+            else "docs/optimize.md",
         )
 
 
