@@ -257,9 +257,10 @@ def test_serve_answers_with_the_labels_and_honours_its_threshold(runs):
         assert [o["labels"] for o in response.json()["outputs"]] == [e["labels"] for e in expected]
 
 
-def test_csv_labels_joined_by_a_separator_train_like_json_lists(runs, tmp_path):
-    """The same rows, written as csv with 'a;b' cells (options.separator), give the same run."""
-    recipe = multilabel_recipe(tmp_path)
+def _csv_recipe(tmp_path: Path, join: str, rows: int = 600) -> Path:
+    """The multi-label recipe on csv files whose labels cells are joined by ``join``."""
+    recipe = multilabel_recipe(tmp_path, train_rows=rows)
+    text = recipe.read_text(encoding="utf-8")
     for split in ("train", "validation", "test"):
         with (
             (GOEMOTIONS / f"{split}.jsonl").open(encoding="utf-8") as fh,
@@ -269,16 +270,50 @@ def test_csv_labels_joined_by_a_separator_train_like_json_lists(runs, tmp_path):
             writer.writerow(["text", "labels"])
             for line in fh:
                 row = json.loads(line)
-                writer.writerow([row["text"], ";".join(row["labels"])])
-    text = recipe.read_text(encoding="utf-8")
-    for split in ("train", "validation", "test"):
+                writer.writerow([row["text"], join.join(row["labels"])])
         text = text.replace((GOEMOTIONS / f"{split}.jsonl").as_posix(), (tmp_path / f"{split}.csv").as_posix())
     recipe.write_text(text, encoding="utf-8")
+    return recipe
+
+
+def test_csv_labels_joined_by_a_separator_train_like_json_lists(runs, tmp_path):
+    """The same rows, written as csv with 'a;b' cells (options.separator), give the same run."""
+    recipe = _csv_recipe(tmp_path, ";")
     sets = ("train.epochs=1", "train.eval_strategy=no", "train.keep_best=false")
     from_csv = read_metrics(tiny_run(tmp_path / "runs", recipe, "csv", "options.separator=;", *sets, tiny=()))
     from_json = read_metrics(tiny_run(tmp_path / "runs", multilabel_recipe(tmp_path / "j"), "json", *sets, tiny=()))
     for key in ("f1_macro", "f1_micro", "loss"):
         assert from_csv["test"][key] == pytest.approx(from_json["test"][key], abs=1e-6), key
+
+
+@pytest.mark.parametrize("join", [";", ",", "/", "、"])
+def test_labels_joined_by_another_separator_are_refused_with_the_row(cli, tmp_path, join):
+    """'a;b' cells read with the default separator '|' trained one label per combination, exit 0
+    (14 combined labels, exact match 0.01): refused at the first such row, with the separator to set."""
+    recipe = _csv_recipe(tmp_path, join)
+    run = tiny_run(tmp_path / "runs", recipe, "wrong", "train.max_steps=1", tiny=(), exit_code=2)
+    assert "look like a list joined by" in run.err and repr(join) in run.err, run.err
+    assert "train.csv:" in run.err and "options.separator=" in run.err  # the file and its row
+    assert not (tmp_path / "runs" / "cls" / "wrong" / "COMPLETE").exists()
+    code, out, err = cli("check", recipe)
+    assert code != 0 and "look like a list joined by" in out + err, out + err
+    # with options.separator set, the same files train (test_csv_labels_joined_by_a_separator_train_like_json_lists)
+
+
+@pytest.mark.parametrize(
+    ("rows", "found"),
+    [
+        ([["服务;房间"], ["服务"], ["房间;价格"]], (";", 0)),
+        ([["a"], ["b,c"], ["c,d"]], (",", 1)),
+        ([["Arts/Entertainment"], ["Science/Tech"], ["Sports"]], None),  # one label each, its own name
+        ([["a;b"]], None),  # one such label: nothing to compare it with
+        ([["joy"], ["fear"], ["joy", "fear"]], None),
+    ],
+)
+def test_a_list_in_another_separator_is_told_from_labels_that_hold_the_character(rows, found):
+    from nlptasks_plugins.cls.multilabel import list_in_another_separator
+
+    assert list_in_another_separator(rows, "|") == found
 
 
 def test_a_fixed_threshold_chooses_nothing(runs, tmp_path):
