@@ -551,6 +551,36 @@ def test_workers_share_the_port_and_answer_alike(trained):
     assert "server stopped" in out
 
 
+def test_workers_end_with_their_supervisor_killed_and_free_the_port(trained):
+    """kill -9 of `nlptasks serve --workers 2` left its workers answering on the port with the old
+    model, and a new server there found the address in use: they now end with their supervisor."""
+    import os
+    import socket
+    import time
+
+    server = _Server(trained["cls"], 2, "--workers", "2", "--threads", "1")
+    workers = set(server.workers)
+    server.proc.kill()  # SIGKILL: the supervisor cannot stop its workers itself
+    server.proc.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        stat = Path(f"/proc/{pid}/stat")
+        return not (stat.exists() and stat.read_text().split(") ", 1)[1].startswith("Z"))  # a zombie has ended
+
+    deadline = time.monotonic() + 60  # a hang guard: they end within a second or two
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in workers), "workers outlived their supervisor"
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.socket() as s:  # the port is free for the next server
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
 def test_auto_workers_one_process_per_core_only_for_onnx_exports(trained, cli, tmp_path, monkeypatch):
     """`--workers auto` (the default): one process per core (at most 4) where every run answers
     with an ONNX export; one process for torch weights, a model that chats, a mix, one core, or

@@ -12,7 +12,7 @@ from nlptasks.engine.system.distributed import is_main, launcher_args, torchrun_
 from nlptasks.engine.system.processes import die_with_parent
 from nlptasks.errors import NlptasksError
 
-__all__ = ["is_main", "launch"]
+__all__ = ["end_with_parent", "is_main", "launch"]
 
 
 def launch(
@@ -58,6 +58,14 @@ def _visible_gpus() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def end_with_parent() -> bool:
+    """Have this process get SIGTERM when the process that started it ends, even by ``kill -9``
+    (``prctl(PR_SET_PDEATHSIG)``; ``False`` where Linux's call is not there).  ``nlptasks serve
+    --workers N``'s workers call it: without it they answered on the port, with the old model,
+    after their supervisor was killed, and a new ``serve`` there found the address in use."""
+    return die_with_parent(signal.SIGTERM)
 
 
 def _torchrun_dies_with_us() -> None:

@@ -50,9 +50,11 @@ def config_for_workers(
 
 def app_from_environment() -> Any:
     """The app of one worker process (uvicorn calls it: ``factory=True``)."""
+    from nlptasks.pipeline.launch import end_with_parent
     from nlptasks.serve.app import create_app
     from nlptasks.serve.models import load_models
 
+    end_with_parent()  # a supervisor killed with -9 takes its workers with it (they finish what is in flight)
     config = json.loads(os.environ[CONFIG_ENV])
     use_threads(config["threads"])
     models = load_models([Path(r) for r in config["runs"]], config["names"], LoadOptions(**config["options"]))
