@@ -125,6 +125,9 @@ def test_what_would_change_the_model_is_refused(cli, tmp_path):
     assert code != 0 and "missing.csv" in err and "Traceback" not in err, err
     code, _, err = cli("eval", tmp_path, "--data", DATA / "cls" / "test.csv")
     assert code != 0 and "not a complete nlptasks run" in err, err
+    (tmp_path / "a-folder").mkdir()
+    code, _, err = cli("eval", run, "--data", tmp_path / "a-folder")  # blamed on --data, not a recipe key
+    assert code == 2 and f"--data {tmp_path / 'a-folder'}: is a folder" in err and "data.train" not in err, err
 
 
 def test_several_files_get_a_folder_each(cli, tmp_path):

@@ -188,6 +188,11 @@ def _evaluate_file(
     progress: bool,
 ) -> EvalResult:
     started = time.perf_counter()
+    if path.is_dir() and not any((path / n).is_file() for n in ("state.json", "dataset_dict.json")):
+        raise NlptasksError(
+            f"--data {path}: is a folder; give a data file in the task's format (.csv, .tsv, .json, .jsonl, "
+            ".txt), or a folder Dataset.save_to_disk wrote"
+        )
     recipe = json.loads(json.dumps(raw))
     data = recipe.setdefault("data", {})
     for key in ("validation", "test", "hub", "hub_config", "max_train_rows", "max_eval_rows"):

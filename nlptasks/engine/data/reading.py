@@ -226,25 +226,33 @@ def _kind(value: Any) -> str | None:
 
 
 def _mixed_types(values: list[Any]) -> tuple[int, str] | None:
-    """``(row, message)`` for the first value of another kind than the column's first value (rows
-    from 1), or ``None``.  NaN among strings is named as such (a missing value written by pandas);
-    in a column of numbers it is a number, left to the task (which treats it as missing or refuses it)."""
+    """``(row, message)`` for the first value of another kind than most of the column's (rows from 1;
+    a tie goes to the first row's kind), or ``None``: a number in row 1 of a column of strings is
+    row 1's fault, not row 2's.  NaN among strings is named as such (a missing value written by
+    pandas); in a column of numbers it is a number, left to the task (which treats it as missing or
+    refuses it)."""
     import math
+    from collections import Counter
 
-    first: tuple[int, str] | None = None
-    for i, value in enumerate(values, start=1):
-        kind = _kind(value)
-        if kind is None:
+    kinds = [(i, kind) for i, kind in enumerate(map(_kind, values), start=1) if kind is not None]
+    counts = Counter(kind for _, kind in kinds)
+    if len(counts) < 2:
+        return None
+    order = {kind: n for n, (_, kind) in reversed(list(enumerate(kinds)))}  # each kind's first position
+    usual = max(counts, key=lambda k: (counts[k], -order[k]))
+    example = next(i for i, kind in kinds if kind == usual)
+    for i, kind in kinds:
+        if kind == usual:
             continue
-        if first is None:
-            first = (i, kind)
-        elif kind != first[1]:
-            if isinstance(value, float) and not math.isfinite(value):
-                return i, (
-                    f"the value is {value!r} (NaN or infinite) where row {first[0]} has a {first[1]}; "
-                    "give a real value or remove the row"
-                )
-            return i, f"a {kind} ({json.dumps(value, ensure_ascii=False)[:40]}) where row {first[0]} has a {first[1]}"
+        value = values[i - 1]
+        where = (
+            f"row {example} and {counts[usual] - 1} other(s) hold a {usual}"
+            if counts[usual] > 1
+            else (f"row {example} has a {usual}")
+        )
+        if isinstance(value, float) and not math.isfinite(value):
+            return i, f"the value is {value!r} (NaN or infinite) where {where}; give a real value or remove the row"
+        return i, f"a {kind} ({json.dumps(value, ensure_ascii=False)[:40]}) where {where}"
     return None
 
 

@@ -150,6 +150,17 @@ def csv_dicts(lines: Iterable[str], name: str, delimiter: str = ",", suffix: str
         raise DataError(f"the header row is not valid CSV ({exc})", path=name) from None
     if not header:
         raise DataError("the file is empty (no header row)", path=name)
+    names = [h.strip() for h in header]
+    twice = sorted({h for h in names if h and names.count(h) > 1})
+    if twice:  # a dict keeps the last of them: the other column's values would be lost without a word
+        where = "; ".join(
+            f"{h!r} (columns {', '.join(str(i + 1) for i, n in enumerate(names) if n == h)})" for h in twice
+        )
+        raise DataError(
+            f"the header names a column twice: {where}",
+            path=name,
+            hint="Give each column its own name in the header row.",
+        )
     if len(header) == 1:
         for other in (";", "\t", "|") if delimiter == "," else (",", ";", "|"):
             if other in header[0]:
