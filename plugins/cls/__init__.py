@@ -35,6 +35,7 @@ from nlptasks.plugin import (
     classification_errors,
     classification_report,
     classification_sections,
+    data_columns,
     duplicates,
     filter_rows,
     get_tokenizer,
@@ -257,7 +258,7 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
                     "error",
                     "columns",
                     f"no column {missing[0]!r}; the columns are: "
-                    f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)} (name the "
+                    f"{', '.join(data_columns(ds))} (name the "
                     "right one in options.text_column / options.label_column)",
                     split,
                 )

@@ -193,6 +193,41 @@ def nlptasks_setup(ctx: RunContext) -> None:
             [Problem("task", "'dpo' is trained by TRL, which is not installed: pip install 'nlptasks[dpo]'")],
         )
     ctx.skip_malformed_rows = ctx.options.bad_rows == "skip"
+    if ctx.trained_run is None:
+        _refuse_a_start_that_cannot_generate(ctx.recipe.model.name_or_path)
+
+
+def _refuse_a_start_that_cannot_generate(name: str | None) -> None:
+    """A start model whose ``config.json`` names no causal-LM class (an encoder: MiniLM's
+    ``BertModel``, an mlm run's ``BertForMaskedLM``) cannot generate, so DPO has nothing to tune;
+    said at its key, before the template is blamed for the tokenizer's missing eos token."""
+    import json
+    from pathlib import Path
+
+    config = Path(name) / "config.json" if name else None
+    if config is None or not config.is_file() or (config.parent / "nlptasks.json").is_file():
+        return  # a hub id (read when it loads), a folder the loader will name, or a run (load_start names its task)
+    try:
+        values = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # the loader says what is wrong with it
+    architectures = [str(a) for a in values.get("architectures") or []]
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures) and (
+        values.get("is_decoder", True) or not any(a.startswith(("Bert", "Roberta")) for a in architectures)
+    )
+    if architectures and not causal:
+        raise RecipeError(
+            "recipe",
+            [
+                Problem(
+                    "model.name_or_path",
+                    f"{name} is a {', '.join(architectures)}, not a causal language model: it cannot generate "
+                    "answers, so DPO has nothing to tune",
+                )
+            ],
+            hint="Start from an sft run (nlptasks run recipes/sft.toml --set output.run_name=quickstart) or any "
+            "causal LM (a decoder such as Qwen2 or GPT-2).",
+        )
 
 
 @hookimpl

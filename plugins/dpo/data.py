@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nlptasks.plugin import data_columns
+
 __all__ = ["SHAPES", "Pair", "RowProblem", "detect_shape", "to_pair"]
 
 SHAPES = ("conversational", "text", "sharegpt")
@@ -41,7 +43,7 @@ def detect_shape(columns: list[str], opts: Any, first: dict[str, Any] | None = N
         raise RowProblem(
             f"no {', '.join(repr(c) for c in missing)} column; a preference pair needs {opts.prompt_column!r}, "
             f"{opts.chosen_column!r} and {opts.rejected_column!r} (or {opts.conversations_column!r} with "
-            f"{opts.chosen_column!r} and {opts.rejected_column!r}, ShareGPT); the columns are: {', '.join(columns)}"
+            f"{opts.chosen_column!r} and {opts.rejected_column!r}, ShareGPT); the columns are: {', '.join(data_columns(columns))}"
         )
     prompt = (first or {}).get(opts.prompt_column)
     return "conversational" if isinstance(prompt, list) else "text"

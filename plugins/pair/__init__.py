@@ -44,6 +44,7 @@ from nlptasks.plugin import (
     classification_report,
     classification_sections,
     correlations,
+    data_columns,
     duplicates,
     get_tokenizer,
     hookimpl,
@@ -284,8 +285,7 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
                     Finding(
                         "error",
                         "columns",
-                        f"no column {column!r} (options.{key}); the columns are: "
-                        f"{', '.join(c for c in ds.column_names if c != ROW_COLUMN)}",
+                        f"no column {column!r} (options.{key}); the columns are: {', '.join(data_columns(ds))}",
                         split,
                     )
                 )

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from nlptasks.plugin import data_columns
+
 ROLES = ("system", "user", "assistant")
 
 
@@ -35,7 +37,7 @@ def detect_shape(columns: list[str], opts: Any) -> str:
         return "alpaca"
     raise RowProblem(
         f"neither a {opts.messages_column!r} column (chat shape) nor {opts.instruction_column!r} and "
-        f"{opts.output_column!r} columns (alpaca shape); the columns are: {', '.join(columns)}"
+        f"{opts.output_column!r} columns (alpaca shape); the columns are: {', '.join(data_columns(columns))}"
     )
 
 

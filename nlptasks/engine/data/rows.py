@@ -21,9 +21,20 @@ UNKNOWN_LABEL = "label unknown to the run"
 run never saw: counted and reported, where a run would stop with an error."""
 
 
+INTERNAL_COLUMNS = (ROW_COLUMN, "__line__")
+"""Columns the loaders add (each row's number in its file): never a user's column."""
+
+
+def data_columns(columns: Any) -> list[str]:
+    """The columns of a file as its user wrote them: ``columns`` (names, or a dataset) without the
+    ones the loaders add (:data:`INTERNAL_COLUMNS`), for a message that lists them."""
+    names = columns.column_names if hasattr(columns, "column_names") else columns
+    return [c for c in names if c not in INTERNAL_COLUMNS]
+
+
 def row_numbers(ds: Any) -> list[int]:
     """The file row number of each example (1, 2, ... when the loader kept none)."""
-    for column in (ROW_COLUMN, "__line__"):
+    for column in INTERNAL_COLUMNS:
         if column in ds.column_names:
             return list(ds[column])
     return list(range(1, len(ds) + 1))
