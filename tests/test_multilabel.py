@@ -311,7 +311,7 @@ def test_labels_joined_by_another_separator_are_refused_with_the_row(cli, tmp_pa
     ],
 )
 def test_a_list_in_another_separator_is_told_from_labels_that_hold_the_character(rows, found):
-    from nlptasks_plugins.cls.multilabel import list_in_another_separator
+    from nlptasks_plugins.cls.separators import list_in_another_separator
 
     assert list_in_another_separator(rows, "|") == found
 

@@ -152,9 +152,15 @@ def test_missing_data_file_names_the_key(tmp_path):
 
 
 def test_model_needs_exactly_one_source(tmp_path):
+    """Both in the file (or both from --set) is an error; one from --set replaces the file's other one
+    (test_set_switches_the_model_source_of_a_recipe_and_says_so)."""
     path = base_recipe(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8") + 'layers = 1\n[model]\nname_or_path = "bert-base-chinese"\n')
     with pytest.raises(RecipeError) as info:
-        load_recipe(path, ["model.name_or_path=bert-base-chinese"])
+        load_recipe(path)
+    assert "exactly one of model.name_or_path" in problems(info.value)["model"]
+    with pytest.raises(RecipeError) as info:
+        load_recipe(base_recipe(tmp_path), ["model.name_or_path=bert-base-chinese", "model.scratch.layers=1"])
     assert "exactly one of model.name_or_path" in problems(info.value)["model"]
 
 

@@ -44,6 +44,7 @@ from nlptasks.plugin import (
 )
 
 from .encoding import check_labels, encode_splits
+from .separators import refuse_another_separator, separator_finding
 
 MIN_SUPPORT = 5
 """Validation examples a label needs for a threshold of its own (else the global one)."""
@@ -97,50 +98,6 @@ def parse_labels(value: Any, separator: str) -> list[str]:
     return out
 
 
-OTHER_SEPARATORS = (";", ",", "，", "、", "；", "/", "|", "+")
-"""Characters a labels cell may join its labels with instead of ``options.separator``."""
-
-
-def list_in_another_separator(rows: list[list[str]], separator: str) -> tuple[str, int] | None:
-    """``(character, index of the first row)`` when the labels look like lists joined by another
-    character than ``separator``: at least two distinct labels hold it, and a part of one of them is
-    a part of another, or a label of its own (``服务;房间``, ``房间;价格``, ``服务``: one label
-    ``服务;房间`` is ``服务`` and ``房间``).  Such data trains one label per combination, without a
-    word (14 combined labels, exact match 0.01)."""
-    labels = {label for row in rows for label in row}
-    for char in OTHER_SEPARATORS:
-        if char == separator:
-            continue
-        joined = sorted(label for label in labels if char in label)
-        if len(joined) < 2:
-            continue
-        seen: dict[str, int] = {}
-        for label in joined:
-            for part in {p.strip() for p in label.split(char) if p.strip()}:
-                seen[part] = seen.get(part, 0) + 1
-        if any(n >= 2 or part in labels for part, n in seen.items()):
-            first = next(i for i, row in enumerate(rows) if any(char in label for label in row))
-            return char, first
-    return None
-
-
-def _refuse_another_separator(ctx: RunContext, split: str, numbers: list[int], rows: list[list[str]]) -> None:
-    opts = ctx.options
-    found = list_in_another_separator(rows, opts.separator)
-    if found is None:
-        return
-    char, index = found
-    cell = next(label for label in rows[index] if char in label)
-    raise DataError(
-        f"column {opts.label_column!r}: the labels {cell!r} look like a list joined by {char!r}, but "
-        f"options.separator is {opts.separator!r}: each combination would train as one label",
-        path=ctx.sources.get(split, split),
-        row=numbers[index],
-        hint=f"Set the separator the file uses: --set 'options.separator=\"{char}\"' (or write each cell as a "
-        'JSON list, ["a", "b"]).',
-    )
-
-
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -188,7 +145,7 @@ def preprocess(ctx: RunContext, data: Any) -> Any:
 
     parsed = {split: _parsed(ctx, split, ds) for split, ds in data.items()}
     for split, rows in parsed.items():
-        _refuse_another_separator(ctx, split, list(row_numbers(data[split])), rows)
+        refuse_another_separator(ctx, split, list(row_numbers(data[split])), rows)
     if opts.labels is not None:
         labels, origin = [label_text(x) or "" for x in opts.labels], "options.labels"
     else:
@@ -451,23 +408,9 @@ def check(ctx: RunContext, data: Any) -> tuple[list[Finding], Any]:
                 Finding("error", "labels", f"{len(bad)} row(s) with unreadable labels: {reason}", split, bad)
             )
         parsed[split] = rows
-        numbers = list(rows)
-        another = list_in_another_separator(list(rows.values()), opts.separator)
-        if another is not None:
-            char, index = another
-            joined = [n for n, labels in rows.items() if any(char in label for label in labels)]
-            cell = next(label for label in rows[numbers[index]] if char in label)
-            findings.append(
-                Finding(
-                    "error",
-                    "separator",
-                    f"the labels {cell!r} look like a list joined by {char!r}, but options.separator is "
-                    f"{opts.separator!r}: each combination would train as one label "
-                    f"(set --set 'options.separator=\"{char}\"')",
-                    split,
-                    joined,
-                )
-            )
+        found = separator_finding(rows, opts, split)
+        if found is not None:
+            findings.append(found)
         empty = [n for n, labels in rows.items() if not labels]
         if empty:
             findings.append(

@@ -14,7 +14,15 @@ from nlptasks.context import RunContext
 from nlptasks.engine.data.reading import ROW_COLUMN
 from nlptasks.errors import DataError
 
-__all__ = ["UNKNOWN_LABEL", "filter_rows", "require_columns", "row_numbers", "with_row_numbers"]
+__all__ = [
+    "INTERNAL_COLUMNS",
+    "UNKNOWN_LABEL",
+    "data_columns",
+    "filter_rows",
+    "require_columns",
+    "row_numbers",
+    "with_row_numbers",
+]
 
 UNKNOWN_LABEL = "label unknown to the run"
 """The reason step 4 drops a row under ``nlptasks eval`` (``ctx.trained_run`` set) whose label the
