@@ -265,3 +265,18 @@ def test_redact_replaces_every_urls_password_and_nothing_else():
     )
     error = NlptasksError("--storage redis://:hunter2@h/0: refused", hint="try postgresql://a:b@c/d")
     assert "hunter2" not in str(error) and ":b@" not in error.render()
+
+
+def test_worker_processes_get_the_storage_url_outside_their_command_line(monkeypatch):
+    """A password in a command line shows in every process list (ps): --workers hands the URL to its
+    processes in NLPTASKS_TUNE_STORAGE, which `nlptasks tune` reads when --storage is not given."""
+    from nlptasks.tune import study
+
+    started = []
+    monkeypatch.setattr(study.subprocess, "Popen", lambda command, env: started.append((command, env)))
+    url = "postgresql://tuner:s3cr3t-pw@db/studies"
+    study._launch_workers("r.toml", ["train.epochs=1"], 4, None, url, "s", 3, 1)
+    assert len(started) == 2
+    for command, env in started:
+        assert not any("s3cr3t" in part for part in command) and "--storage" not in command
+        assert env[study.STORAGE_ENV] == url

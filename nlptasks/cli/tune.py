@@ -39,7 +39,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--storage",
         metavar="URL",
-        help="Optuna RDB storage URL, e.g. postgresql://user:pw@host/db (default: sqlite:///<study folder>/study.db)",
+        help="Optuna RDB storage URL, e.g. postgresql://user:pw@host/db (default: the variable "
+        "NLPTASKS_TUNE_STORAGE, which keeps a password out of the process list, else sqlite:///<study folder>/study.db)",
     )
     p.add_argument("--study", metavar="NAME", help="study name (default: the recipe file's name without .toml)")
     p.add_argument(
@@ -55,14 +56,14 @@ def register(sub: Any) -> None:
 
 def cmd(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from nlptasks.tune import tune
+    from nlptasks.tune import STORAGE_ENV, tune
 
     result = tune(
         args.recipe,
         args.overrides,
         trials=args.trials,
         timeout=args.timeout,
-        storage=args.storage,
+        storage=args.storage or os.environ.get(STORAGE_ENV) or None,
         study=args.study,
         workers=args.workers,
         worker_index=args.worker_index,

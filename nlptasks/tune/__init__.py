@@ -15,10 +15,11 @@ study runs (``pip install "nlptasks[tune]"``).
 from __future__ import annotations
 
 from nlptasks.tune.results import TrialRow, best_row, trial_rows, write_results
-from nlptasks.tune.study import TuneResult, open_study, storage_for, study_dir_for, tune
+from nlptasks.tune.study import STORAGE_ENV, TuneResult, open_study, storage_for, study_dir_for, tune
 from nlptasks.tune.trial import PruningPlugin, TrialSetup, run_trial, suggest
 
 __all__ = [
+    "STORAGE_ENV",
     "PruningPlugin",
     "TrialRow",
     "TrialSetup",

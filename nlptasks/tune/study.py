@@ -43,6 +43,7 @@ from nlptasks.tune.results import COUNTED, TrialRow, state_of, write_results
 from nlptasks.tune.trial import TrialSetup, run_trial, trial_overrides
 
 __all__ = [
+    "STORAGE_ENV",
     "HEARTBEAT_GRACE",
     "HEARTBEAT_INTERVAL",
     "WAIT_POLL",
@@ -230,6 +231,11 @@ def _is_counted(study: Any, trials: int) -> Callable[[Any], bool]:
     return counted
 
 
+STORAGE_ENV = "NLPTASKS_TUNE_STORAGE"
+"""The variable ``nlptasks tune`` reads its storage URL from when ``--storage`` is not given: how it
+hands the URL to its ``--workers`` processes (a password in a command line shows in ``ps``)."""
+
+
 def _launch_workers(
     recipe: str | Path,
     overrides: list[str],
@@ -245,6 +251,7 @@ def _launch_workers(
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "TOKENIZERS_PARALLELISM": "false",
+        STORAGE_ENV: url,  # not in the command line: a password there shows in every process list
     }
     procs = []
     for index in range(1, workers):
@@ -257,8 +264,6 @@ def _launch_workers(
             *(a for o in overrides for a in ("--set", o)),
             "--trials",
             str(trials),
-            "--storage",
-            url,
             "--study",
             name,
             "--worker-index",
