@@ -213,9 +213,46 @@ def test_an_export_whose_answers_depend_on_the_batch_never_answers_for_the_run(r
     assert code == 0, err
     entry = _entry(run_dir)
     assert entry["agrees"] is False and "depend on the rows batched with it" in entry["why"]
-    assert "keep its own weights" in stdout
+    assert "this export does not answer for" in stdout
+    assert "answer on this machine with the run's own weights (torch" in stdout
     _faster(run_dir)
     assert _answers_with(run_dir) != "OnnxModel"
+
+
+def test_what_export_says_comes_next_is_what_the_next_load_does(runs, cli, tmp_path):
+    """export's "answer ... with" line names the folder, backend and precision the next plain load
+    uses, and its try: line is a command that runs, with an input from the run's own data (it was
+    "..."); after the measurements change (the export made faster), the same rule answers for both."""
+    import shlex
+
+    import nlptasks
+    from nlptasks.pipeline.onnx import what_loads_use
+
+    run_dir = tiny_run(runs, "cls.toml", "deploy-says", "data.max_train_rows=300")
+    out = tmp_path / "export"
+    code, stdout, err = cli("export", run_dir, "--onnx", out, "--check-rows", "0")
+    assert code == 0, err
+
+    def check(said: str | None) -> None:
+        folder, backend, precision = what_loads_use(run_dir)
+        what = "this export" if folder.resolve() == out.resolve() else "the run's own weights"
+        if said is not None:
+            assert f"answer on this machine with {what} ({backend} {precision})" in said, said
+        model = nlptasks.load(run_dir).model
+        assert (type(model).__name__ == "OnnxModel") == (backend == "onnx") == (what == "this export")
+        if backend == "torch":
+            assert str(next(model.parameters()).dtype) == {"fp32": "torch.float32", "bf16": "torch.bfloat16"}[precision]
+
+    check(stdout)
+    _rewrite(run_dir, agrees=True, why="agrees")
+    _faster(run_dir)
+    check(None)
+    assert what_loads_use(run_dir)[0].resolve() == out.resolve()
+    try_line = next(x for x in stdout.splitlines() if x.startswith("try: "))
+    argv = shlex.split(try_line.removeprefix("try: nlptasks "))
+    assert '"..."' not in try_line and argv[:3] == ["infer", "--model", str(out)], try_line
+    code, answered, err = cli(*argv)
+    assert code == 0 and '"label"' in answered, err
 
 
 def _precision_entry(run_dir: Path, **changes) -> dict:  # noqa: ANN003

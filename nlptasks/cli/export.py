@@ -104,7 +104,9 @@ def cmd(args: argparse.Namespace) -> int:
         f"merged {merged['method']} adapter {merged['adapter']!r} into {display(args.merge)}; "
         f"same predictions on {check['inputs']} stored inputs (largest difference {check['max_abs_diff']:.1e})"
     )
-    print(f'try: nlptasks infer --model {display(args.merge)} "..."')
+    from nlptasks.pipeline.onnx import try_command
+
+    print(f"try: {try_command(Path(args.merge), display(args.merge))}")
     return 0
 
 
@@ -112,7 +114,7 @@ def _onnx(args: argparse.Namespace) -> int:
     import sys
 
     from nlptasks.inference.deployments import refusal, speedups
-    from nlptasks.pipeline.onnx import export_and_measure
+    from nlptasks.pipeline.onnx import export_and_measure, try_command, what_loads_use
 
     manifest, warnings = export_and_measure(
         args.run,
@@ -149,14 +151,22 @@ def _onnx(args: argparse.Namespace) -> int:
             f"{ratio:.2f}x its rows/s batched, {single:.2f}x one at a time"
         )
         why = refusal(entry)
-        if why is None:
-            print(
-                f"nlptasks infer / serve / eval and nlptasks.load of {display(args.run)} now answer with this "
-                "export on this machine (--backend torch: the run's own weights)"
-            )
-        else:
-            print(f"loads of {display(args.run)} keep its own weights: {why}")
+        if why is not None:
+            print(f"this export does not answer for {display(args.run)}: {why}")
+    # what the next load does, asked of the code that decides it (the measurement alone is not the
+    # whole rule: another recorded configuration, bf16 say, may be faster still)
+    folder, backend, precision = what_loads_use(Path(args.run))
+    if folder.resolve() == Path(args.onnx).resolve():
+        answers = f"this export ({backend} {precision})"
+    elif folder.resolve() == Path(args.run).resolve():
+        answers = f"the run's own weights ({backend} {precision})"
+    else:
+        answers = f"{display(folder)} ({backend} {precision}), an export measured faster"
+    print(
+        f"nlptasks infer / serve / eval and nlptasks.load of {display(args.run)} answer on this machine with "
+        f"{answers}; --backend torch --precision fp32 for the run's own weights in fp32"
+    )
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f'try: nlptasks infer --model {display(args.onnx)} "..."')
+    print(f"try: {try_command(Path(args.onnx), display(args.onnx))}")
     return 0

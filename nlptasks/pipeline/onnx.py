@@ -31,7 +31,16 @@ from nlptasks.inference.onnx_quantize import CALIBRATION_ROWS
 from nlptasks.pipeline.measuring import compare_results, measure_deployment, refuses, sample_rows
 from nlptasks.types import LoadOptions
 
-__all__ = ["compare_results", "export_and_measure", "measure", "measure_deployment", "refuses", "sample_rows"]
+__all__ = [
+    "compare_results",
+    "export_and_measure",
+    "measure",
+    "measure_deployment",
+    "refuses",
+    "sample_rows",
+    "try_command",
+    "what_loads_use",
+]
 
 
 def _own_metrics(run_dir: Path, work: Path, out: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
@@ -315,3 +324,37 @@ def export_and_measure(
             "(expected 0: please report it)"
         )
     return manifest, warnings
+
+
+def what_loads_use(run_dir: Path) -> tuple[Path, str, str]:
+    """``(folder, backend, precision)`` a load of ``run_dir`` with every choice ``auto`` answers with
+    on this machine, as :func:`~nlptasks.inference.loading.prepare_load` decides it: what ``export``
+    says comes next is this, not a guess from its own measurement alone (another recorded
+    configuration, bf16 say, may be faster still)."""
+    import logging
+
+    from nlptasks.inference.loading import prepare_load
+
+    logger = logging.getLogger("nlptasks")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # its "answering with ..." line: export says it in one line
+    try:
+        prepared = prepare_load(Path(run_dir), LoadOptions())
+    finally:
+        logger.setLevel(level)
+    options = prepared.options
+    precision = options.precision if options.precision != "auto" else prepared.manifest.get("precision", "fp32")
+    if options.backend == "onnx":  # an export's numbers: fp32, or its int8 quantization
+        quantize = (prepared.manifest.get("onnx") or {}).get("quantize", "none")
+        precision = "fp32" if quantize in (None, "none") else str(quantize)
+    return Path(prepared.folder), str(options.backend), str(precision)
+
+
+def try_command(folder: Path, shown: str) -> str:
+    """An ``nlptasks infer`` command for ``folder`` (a run or an export) with its task's example input
+    (the run's own test data, as ``run``'s ``try:`` line), the folder written as ``shown``."""
+    from nlptasks.engine.reports.card import infer_command
+    from nlptasks.host import get_host
+
+    manifest = read_manifest(Path(folder))
+    return infer_command(shown, get_host().task(manifest["task"]).usage_for(manifest))
