@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from nlptasks.cli._common import add_recipe_arguments, print_notes
+from nlptasks.cli._common import add_recipe_arguments, positive_int, print_notes
 
 __all__ = ["cmd", "register"]
 
@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
     p.add_argument("--show", action="store_true", help="print the resolved recipe (defaults filled in)")
     p.add_argument(
         "--nproc",
-        type=int,
+        type=positive_int,
         metavar="N",
         help="check it as `nlptasks run --nproc N` runs it (DeepSpeed's keys need a distributed launch)",
     )
