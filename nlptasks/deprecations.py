@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 
-__all__ = ["REMOVED_IN", "deprecated", "said"]
+__all__ = ["REMOVED_IN", "deprecated"]
 
 REMOVED_IN = "0.3.0"
 """The release that removes what this one (0.1.x) deprecates: one minor release (0.2) keeps it with
@@ -36,8 +36,3 @@ def deprecated(key: str, what: str, change: str, removed_in: str = REMOVED_IN, s
         if os.environ.get("NLPTASKS_DEPRECATIONS", "").lower() != "quiet":
             print(line, file=sys.stderr, flush=True)
     return line
-
-
-def said() -> list[str]:
-    """The deprecation keys met in this process so far (tests; ``nlptasks plugins``)."""
-    return sorted(_said)

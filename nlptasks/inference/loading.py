@@ -68,7 +68,7 @@ def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host
     run_dir, manifest, options = prepare_load(run_dir, options, host)
     task = host.task(manifest.get("task", "?"))
     hook = host.hooks_for(task).nlptasks_load_predictor
-    legacy = _legacy_implementations(hook)
+    legacy = _legacy_implementations(hook, host)
     if legacy:
         deprecated(
             f"hook:nlptasks_load_predictor:{','.join(legacy)}",
@@ -92,14 +92,8 @@ def load_predictor(run_dir: Path, options: LoadOptions | None = None, host: Host
     return predictor
 
 
-def _legacy_implementations(hook: Any) -> list[str]:
-    """Plugins whose ``nlptasks_load_predictor`` makes predictors without ``options`` (the
-    two-argument form; a wrapper around the step sees what it asks for and needs none)."""
+def _legacy_implementations(hook: Any, host: Host) -> list[str]:
+    """Plugins whose ``nlptasks_load_predictor`` is the older form (:meth:`Host.old_forms`: without
+    ``options``; a wrapper around the step sees what it asks for and needs none)."""
     impls = hook.get_hookimpls() if hasattr(hook, "get_hookimpls") else []
-    return [
-        impl.plugin_name
-        for impl in impls
-        if "options" not in impl.argnames
-        and impl.plugin_name != "nlptasks.engine"
-        and not (impl.hookwrapper or getattr(impl, "wrapper", False))
-    ]
+    return [impl.plugin_name for impl in impls if "nlptasks_load_predictor" in host.old_forms(impl.plugin)]

@@ -36,16 +36,32 @@ def list_in_another_separator(rows: list[list[str]], separator: str) -> tuple[st
     return None
 
 
-def refuse_another_separator(ctx: Any, split: str, numbers: list[int], rows: list[list[str]]) -> None:
-    opts = ctx.options
-    found = list_in_another_separator(rows, opts.separator)
+def _another(rows: list[list[str]], separator: str) -> tuple[str, int, str] | None:
+    """``(character, index of the first such row, what is wrong)`` (:func:`list_in_another_separator`)."""
+    found = list_in_another_separator(rows, separator)
     if found is None:
-        return
+        return None
     char, index = found
     cell = next(label for label in rows[index] if char in label)
+    return (
+        char,
+        index,
+        (
+            f"the labels {cell!r} look like a list joined by {char!r}, but options.separator is {separator!r}: "
+            "each combination would train as one label"
+        ),
+    )
+
+
+def refuse_another_separator(ctx: Any, split: str, numbers: list[int], rows: list[list[str]]) -> None:
+    """``run``: stop at the first row whose cell joins labels by another character."""
+    opts = ctx.options
+    found = _another(rows, opts.separator)
+    if found is None:
+        return
+    char, index, wrong = found
     raise DataError(
-        f"column {opts.label_column!r}: the labels {cell!r} look like a list joined by {char!r}, but "
-        f"options.separator is {opts.separator!r}: each combination would train as one label",
+        f"column {opts.label_column!r}: {wrong}",
         path=ctx.sources.get(split, split),
         row=numbers[index],
         hint=f"Set the separator the file uses: --set 'options.separator=\"{char}\"' (or write each cell as a "
@@ -56,17 +72,14 @@ def refuse_another_separator(ctx: Any, split: str, numbers: list[int], rows: lis
 def separator_finding(rows: dict[int, list[str]], opts: Any, split: str) -> Finding | None:
     """``nlptasks check``'s error for a split whose cells join labels by another character (``rows``:
     file row → its labels), naming every such row."""
-    found = list_in_another_separator(list(rows.values()), opts.separator)
+    found = _another(list(rows.values()), opts.separator)
     if found is None:
         return None
-    char, index = found
-    numbers = list(rows)
-    cell = next(label for label in rows[numbers[index]] if char in label)
+    char, _, wrong = found
     return Finding(
         "error",
         "separator",
-        f"the labels {cell!r} look like a list joined by {char!r}, but options.separator is {opts.separator!r}: "
-        f"each combination would train as one label (set --set 'options.separator=\"{char}\"')",
+        f"{wrong} (set --set 'options.separator=\"{char}\"')",
         split,
         [n for n, labels in rows.items() if any(char in label for label in labels)],
     )

@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from nlptasks.plugin import (
-    ROW_COLUMN,
     Evaluation,
     Finding,
     LoadOptions,
@@ -32,6 +31,7 @@ from nlptasks.plugin import (
     Usage,
     blank_texts,
     build_trainer,
+    data_columns,
     duplicates,
     filter_rows,
     get_tokenizer,
@@ -192,7 +192,7 @@ def nlptasks_check(ctx: RunContext, data: Any) -> list[Any]:
     for split, ds in data.items():
         missing = [c for c in opts.text_columns if c not in ds.column_names]
         if missing:
-            present = ", ".join(c for c in ds.column_names if c != ROW_COLUMN)
+            present = ", ".join(data_columns(ds))
             findings.append(
                 Finding(
                     "error",

@@ -31,6 +31,7 @@ from nlptasks.plugin import (
     TaskSpec,
     Usage,
     build_trainer,
+    data_columns,
     get_tokenizer,
     hookimpl,
     label_config,
@@ -169,7 +170,7 @@ def _clean_split(ctx: RunContext, split: str, ds: Any) -> tuple[list[list[str]],
     for column, option in ((opts.tokens_column, "tokens_column"), (opts.tags_column, "tags_column")):
         if column not in ds.column_names:
             raise DataError(
-                f"no column {column!r}; the columns are: {', '.join(c for c in ds.column_names if c != LINE)}",
+                f"no column {column!r}; the columns are: {', '.join(data_columns(ds))}",
                 path=where,
                 hint=f"Name the right column with --set options.{option}=NAME.",
             )

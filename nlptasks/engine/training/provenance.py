@@ -49,8 +49,6 @@ def differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]
     missing (a record from before the field: unknown, not different)."""
     if not a or not b:
         return []
-    return [
-        f"{k} {a.get(k)} vs {b.get(k)}"
-        for k in COMPUTED_KEYS
-        if a.get(k, 1 if k == "processes" else None) != b.get(k, 1 if k == "processes" else None)
-    ]
+    defaults = {"processes": 1}  # a record before the key: one process
+    pairs = [(k, a.get(k, defaults.get(k)), b.get(k, defaults.get(k))) for k in COMPUTED_KEYS]
+    return [f"{k} {x} vs {y}" for k, x, y in pairs if x != y]
