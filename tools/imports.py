@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("python API", ("nlptasks.api",)),
     ("hyperparameter search", ("nlptasks.tune",)),
     ("HTTP server", ("nlptasks.serve",)),
+    ("dashboard", ("nlptasks.ui",)),
     ("CLI", ("nlptasks.cli",)),
     ("testing", ("nlptasks.testing",)),
     ("facade", ("nlptasks.__main__", "nlptasks")),
@@ -68,6 +69,7 @@ below (the engine's package ``__init__`` sits with its defaults, at the top)."""
 SKIPS: dict[str, tuple[str, ...]] = {
     "nlptasks.cli": ("nlptasks.engine",),
     "nlptasks.serve": ("nlptasks.engine",),
+    "nlptasks.ui": ("nlptasks.engine",),
     "nlptasks.api": ("nlptasks.engine",),
 }
 """Floors a floor does not reach past: the commands, the server and the Python API go through the

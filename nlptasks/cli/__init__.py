@@ -30,6 +30,7 @@ from nlptasks.cli import (
     schema,
     serve,
     tune,
+    ui,
     validate,
 )
 from nlptasks.cli._common import add_recipe_arguments
@@ -56,6 +57,7 @@ examples:
   nlptasks plan recipes/cls.toml --gpu-mem 24GiB     estimate memory per ladder rung; pick one that fits
   nlptasks bench ladder recipes/cls.toml --steps 5   measure memory and speed of every ladder rung
   nlptasks tune recipes/cls.toml --trials 8          search the recipe's [tune.space] with Optuna
+  nlptasks ui --runs runs                            a web dashboard: list, compare, watch, start, try runs
   nlptasks plugins                                   list plugins, tasks and hooks
 """
 
@@ -71,6 +73,7 @@ COMMANDS = (
     add_adapter,
     export,
     serve,
+    ui,
     plan,
     bench,
     tune,
