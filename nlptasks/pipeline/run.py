@@ -26,6 +26,7 @@ from nlptasks.engine.io.rundir import (
     write_json,
     write_text_atomic,
 )
+from nlptasks.engine.training.tracking import start_tracking, tracked
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
 from nlptasks.pipeline.steps import library_progress_bars, load_recipe, steps_1_to_4
@@ -128,7 +129,7 @@ def run(
 
     fresh = not resuming and not output_dir.exists()  # a refused run leaves no folder it made
     try:
-        with library_progress_bars(progress):
+        with library_progress_bars(progress), tracked(ctx):  # an MLflow run ends as this run does
             metrics, trainer, data = _steps(ctx, hooks, loaded, progress)
             seconds = time.perf_counter() - started
             manifest = save_run(ctx, host, trainer, metrics, seconds, loaded, hooks, data)
@@ -226,6 +227,7 @@ def _steps(ctx: RunContext, hooks: Any, loaded: LoadedRecipe, progress: bool) ->
     from nlptasks.pipeline.assembly import assemble
 
     assembly = assemble(ctx, hooks, data, progress)  # 5-6 now, 7-8b in assembly.build
+    start_tracking(ctx)  # train.report_to = ["mlflow"]: its run starts (or refuses) before training does
     ctx.state[_TRAINING] = True  # from here on, a failed run keeps its folder (checkpoints, --resume)
     metrics, trainer = train_with_oom_fallback(  # 9
         ctx,

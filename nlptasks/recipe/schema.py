@@ -197,6 +197,13 @@ class ModelConfig(Section):
         return self
 
 
+_TRACKER_PACKAGES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("tensorboard", ("tensorboard", "tensorboardX"), "pip install tensorboard"),
+    ("mlflow", ("mlflow",), "pip install mlflow"),
+)
+"""``train.report_to``'s trackers: the modules one of which must import, and the command that installs it."""
+
+
 class TrainConfig(Section):
     """Training settings, mapped onto transformers' TrainingArguments."""
 
@@ -247,10 +254,13 @@ class TrainConfig(Section):
         description="Evaluate and predict in batches of similar length, longest first, with the results put "
         "back in the data's order (less padding; the same predictions). Off: the data's order.",
     )
-    report_to: list[Literal["tensorboard"]] = Field(
+    report_to: list[Literal["tensorboard", "mlflow"]] = Field(
         default_factory=list,
         description='Experiment trackers to log to: ["tensorboard"] writes event files to <run>/tensorboard '
-        "(needs the tensorboard package). Default: none.",
+        '(needs the tensorboard package); ["mlflow"] logs the training history, parameters, final metrics and the '
+        "run's card, metrics.json and recipe to the MLflow tracking store named by MLFLOW_TRACKING_URI (and "
+        "MLFLOW_EXPERIMENT_NAME), MLflow's default ./mlflow.db when unset (needs the mlflow package: "
+        "docs/tracking.md). Default: none.",
     )
     zero: Literal[1, 2, 3] | None = Field(
         None,
@@ -270,11 +280,11 @@ class TrainConfig(Section):
     def _tracker_installed(cls, value: list[str]) -> list[str]:
         import importlib.util
 
-        if "tensorboard" in value and not any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")):
-            raise ValueError(
-                "the tensorboard package is not installed: pip install tensorboard "
-                "(or leave 'tensorboard' out of train.report_to)"
-            )
+        for tracker, modules, install in _TRACKER_PACKAGES:
+            if tracker in value and not any(importlib.util.find_spec(m) for m in modules):
+                raise ValueError(
+                    f"the {modules[0]} package is not installed: {install} (or leave '{tracker}' out of train.report_to)"
+                )
         return list(dict.fromkeys(value))
 
     @model_validator(mode="after")

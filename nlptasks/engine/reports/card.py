@@ -166,6 +166,14 @@ def model_card(
     ]
     if "cuda_max_allocated_mb" in resources:
         facts.insert(10, ("GPU memory", f"{resources['cuda_max_allocated_mb']:.0f} MiB max allocated"))
+    mlflow = (manifest.get("tracking") or {}).get("mlflow")
+    if mlflow:  # train.report_to = ["mlflow"] (nlptasks.engine.training.tracking)
+        facts.append(
+            (
+                "tracked in",
+                f"MLflow run `{mlflow['run_id']}`, experiment `{mlflow['experiment']}`, at `{mlflow['tracking_uri']}`",
+            )
+        )
     lines += ["| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts], ""]
 
     data = manifest.get("data") or {}

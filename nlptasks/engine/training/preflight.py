@@ -12,7 +12,9 @@ pass and no weights.
   architecture's kind against the task's head, ``peft.target_modules``, the freezing options;
 - ``train.extra``: built into ``TrainingArguments`` with the rest of ``[train]`` exactly as a run
   builds them, so a wrong type, a value out of range, an unknown key or an optimizer whose package
-  is missing is an error naming the key; ``push_to_hub`` with the hub switched off.
+  is missing is an error naming the key; ``push_to_hub`` with the hub switched off;
+- ``train.report_to = ["mlflow"]`` with an ``http(s)`` ``MLFLOW_TRACKING_URI``: a server that answers
+  there (a closed port is said at once, not after MLflow's minutes of retries: :mod:`.tracking`).
 
 Heavy imports happen only for the recipes that need them (``transformers`` for a scratch
 architecture or a ``train.extra`` table).
@@ -58,6 +60,10 @@ def preflight_problems(loaded: LoadedRecipe) -> list[Problem]:
         problems += structure_problems(loaded)
     if recipe.train.extra:
         problems += _training_argument_problems(loaded)
+    if "mlflow" in recipe.train.report_to:
+        from nlptasks.engine.training.tracking import server_problem
+
+        problems += [p for p in (server_problem(),) if p is not None]
     return problems
 
 
