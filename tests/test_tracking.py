@@ -260,3 +260,38 @@ def test_run_tracked_by_a_server(tmp_path, server):
     stored = list((server[2] / "artifacts").rglob("README.md"))
     assert len(stored) == 1 and stored[0].read_bytes() == card  # in the server's folder, not ./mlruns here
     assert not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.slow  # two training processes (~30 s here)
+def test_a_distributed_run_is_one_mlflow_run_logged_by_rank_0(tmp_path):
+    """``nlptasks run --nproc 2``: one MLflow run (rank 1 starts none and logs nothing), FINISHED,
+    with the history and final figures of the run folder that rank 0 wrote."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**tracked_env(uri, "ddp"), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}  # CPU ranks (gloo)
+    sets = [
+        *SETS,
+        "data.max_train_rows=64",
+        "data.max_eval_rows=16",
+        "train.batch_size=8",
+        f"output.dir={tmp_path / 'runs'}",
+    ]
+    done = run_process(
+        [sys.executable, "-m", "nlptasks", "run", str(RECIPES / "cls.toml"), "--nproc", "2", "--no-progress"]
+        + set_args(*sets, "output.run_name=ddp"),
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("mlflow: run ") == 2, done.stderr  # started and finished, by rank 0 alone
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("ddp").experiment_id])
+    run_dir = tmp_path / "runs" / "cls" / "ddp"
+    assert run.info.run_id == mlflow_run_of(run_dir, uri)[1].info.run_id
+    assert run.info.status == "FINISHED"
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    assert run.data.metrics["test/accuracy"] == pytest.approx(metrics["test"]["accuracy"])
+    history = json.loads((run_dir / "log_history.json").read_text(encoding="utf-8"))
+    losses = [e["step"] for e in history if "loss" in e]
+    assert losses and [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == losses

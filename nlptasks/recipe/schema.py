@@ -260,7 +260,7 @@ class TrainConfig(Section):
         '(needs the tensorboard package); ["mlflow"] logs the training history, parameters, final metrics and the '
         "run's card, metrics.json and recipe to the MLflow tracking store named by MLFLOW_TRACKING_URI (and "
         "MLFLOW_EXPERIMENT_NAME), MLflow's default ./mlflow.db when unset (needs the mlflow package: "
-        "docs/tracking.md). Default: none.",
+        "docs/tracking.md; trackio and the others are not accepted yet: docs/tracking.md says why). Default: none.",
     )
     zero: Literal[1, 2, 3] | None = Field(
         None,
