@@ -96,6 +96,7 @@ def start_tracking(ctx: RunContext) -> None:
     state = read_run_state(ctx.output_dir) or {}
     earlier = (state.get("tracking") or {}).get("mlflow") or {}
     uri = _shown_uri(mlflow.get_tracking_uri())
+    outer = mlflow.active_run()  # a caller's own run (the Python API), never ended here
     try:
         run_id = _continued(mlflow, earlier, uri, ctx)
         if run_id is None:
@@ -113,7 +114,9 @@ def start_tracking(ctx: RunContext) -> None:
         experiment_name = mlflow.get_experiment(info.experiment_id).name
     except Exception as exc:  # noqa: BLE001 - whatever the store says (unreachable, refused), said once
         with contextlib.suppress(Exception):
-            mlflow.end_run("FAILED")
+            active = mlflow.active_run()
+            if active is not None and (outer is None or active.info.run_id != outer.info.run_id):
+                mlflow.end_run("FAILED")  # ours, started before the error
         raise NlptasksError(
             f"train.report_to: MLflow could not start a run in the tracking store {uri}: {exc}",
             hint="Start the store or point MLFLOW_TRACKING_URI at one that answers (docs/tracking.md), "
