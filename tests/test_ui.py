@@ -293,3 +293,34 @@ def test_the_command_serves_the_page_and_stops_on_ctrl_c(folders):
     out, err = communicate(proc)
     assert proc.returncode == 0, err
     assert f"page:    http://127.0.0.1:{port}/" in err and "dashboard stopped" in err
+
+
+def test_the_queue_runs_one_job_at_a_time_and_a_queued_one_can_leave(tmp_path):
+    from nlptasks.ui.jobs import Jobs
+
+    jobs = Jobs([tmp_path], max_parallel=1)
+    first = jobs.submit("r0/x.toml", ["plugins"], tmp_path / "cls" / "one", tmp_path)
+    second = jobs.submit("r0/x.toml", ["schema"], tmp_path / "cls" / "two", tmp_path)
+    third = jobs.submit("r0/x.toml", ["plugins"], tmp_path / "cls" / "three", tmp_path)
+    assert (first.state, second.state, third.state) == ("running", "queued", "queued")
+    assert jobs.stop(third.id).state == "stopped"
+    deadline = time.monotonic() + IDLE_S
+    while second.state in ("queued", "running"):
+        assert time.monotonic() < deadline
+        assert not (first.state == "running" and second.state == "running"), "two jobs ran at once"
+        jobs.reap()
+        time.sleep(0.05)
+    assert (first.state, first.exit_code, second.state, second.exit_code, third.pid) == (
+        "complete",
+        0,
+        "complete",
+        0,
+        None,
+    )
+    assert '"$defs"' in second.log.read_text(encoding="utf-8")  # its output went to its log
+    again = Jobs([tmp_path])  # a dashboard started again knows how its jobs ended
+    assert {j.id: j.state for j in again.jobs.values()} == {
+        first.id: "complete",
+        second.id: "complete",
+        third.id: "stopped",
+    }

@@ -214,14 +214,14 @@ def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]]
 
 def evaluations(run_dir: Path) -> list[dict[str, Any]]:
     """The run's ``nlptasks eval`` results (``<run>/eval/*/metrics.json``), oldest first."""
-    found = []
+    found: list[dict[str, Any]] = []
     for path in sorted((run_dir / "eval").glob("*/metrics.json")):
         try:
             record = read_json(path) or {}
         except ValueError as exc:
             found.append({"folder": path.parent.name, "error": str(exc)})
             continue
-        test = record.get("test") if isinstance(record.get("test"), dict) else {}
+        test: dict[str, Any] = record["test"] if isinstance(record.get("test"), dict) else {}
         found.append(
             {
                 "folder": path.parent.name,
@@ -292,9 +292,10 @@ def run_detail(roots: Roots, run_dir: Path, job: Mapping[str, Any] | None = None
     except FileNotFoundError:
         card = None
     except (OSError, UnicodeDecodeError) as exc:
-        card, _ = None, problems.append(f"{CARD}: cannot be read ({exc})")
+        card = None
+        problems.append(f"{CARD}: cannot be read ({exc})")
     plain, per_class = split_metrics(metrics if isinstance(metrics, dict) else {})
-    peft = manifest.get("peft") if isinstance(manifest.get("peft"), dict) else {}
+    peft: dict[str, Any] = manifest["peft"] if isinstance(manifest.get("peft"), dict) else {}
     adapters = sorted((peft.get("adapters") or {}).keys()) if isinstance(peft.get("adapters"), dict) else []
     files = (
         sorted(p.name for p in run_dir.iterdir() if p.is_file() and not p.name.startswith("."))

@@ -79,8 +79,8 @@
           fill: "none", stroke: color, "stroke-width": 2,
         }));
       }
-      for (const p of points) {
-        const dot = svg("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: points.length > 200 ? 1.2 : 2.6, fill: color });
+      for (const p of points.length <= 300 ? points : []) {  // dots with their values; a long curve is its line
+        const dot = svg("circle", { cx: X(p[0]).toFixed(1), cy: Y(p[1]).toFixed(1), r: 2.6, fill: color });
         const title = svg("title");
         title.textContent = `${s.name} at step ${p[0]}: ${label(p[1])}`;
         dot.append(title);
