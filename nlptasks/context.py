@@ -74,8 +74,9 @@ class RunContext:
     included) instead of the recipe's model."""
     trained_manifest: dict[str, Any] | None = None
     """With :attr:`trained_run`: its parsed ``nlptasks.json`` (the adapter chosen)."""
-    trained_model: Callable[[str], Any] | None = None
-    """With :attr:`trained_run`: ``trained_model(auto_class)`` gives the run's trained model as a
+    trained_model: Callable[[str | type], Any] | None = None
+    """With :attr:`trained_run`: ``trained_model(auto_class)`` (a transformers class name, or a
+    plugin's own model class) gives the run's trained model as a
     module a Trainer evaluates, through the backend ``nlptasks eval --backend`` chose (what
     :func:`nlptasks.plugin.load_model` returns in step 5 then)."""
     evaluations: dict[str, Any] = field(default_factory=dict)

@@ -18,16 +18,21 @@ transformers, when asked about prefix tuning.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Mapping
 
 __all__ = [
     "ENCODER_HEADS",
     "MERGEABLE",
     "METHODS",
+    "POSITIONAL_KINDS",
+    "SHIFTING_METHODS",
     "VIRTUAL_TOKEN_METHODS",
     "TASK_TYPES",
     "UNSUPPORTED",
     "encoder_prefix_problem",
+    "method_reason",
     "peft_task_types",
+    "positional_reason",
     "unsupported_reason",
 ]
 
@@ -97,6 +102,22 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
 }
 """``(task type, method)`` → why it does not work, whatever the versions installed."""
 
+SHIFTING_METHODS = ("p_tuning", "prompt")
+"""The methods that prepend virtual tokens to the input sequence, shifting every token's position."""
+
+POSITIONAL_KINDS = ("token", "position", "span")
+"""Label kinds (``TaskSpec.label_fields``) that index the model's outputs by token position."""
+
+
+def positional_reason(kinds: list[str]) -> str:
+    """Why a virtual-token method cannot train a task whose labels are of these position-indexed
+    kinds, whatever its declared task type (a plugin's own head under ``FEATURE_EXTRACTION``)."""
+    return (
+        f"its labels are indexed by token position (label kind {', '.join(kinds)}), and peft prepends "
+        "virtual tokens to the sequence, so the model's outputs no longer line up with those positions"
+    )
+
+
 ENCODER_HEADS = ("SEQ_CLS", "TOKEN_CLS", "QUESTION_ANS")
 """Task types whose prefix tuning peft hands to the encoder as ``past_key_values``."""
 
@@ -119,6 +140,22 @@ def encoder_prefix_problem() -> str | None:
     return (
         f"peft passes the prefix as past_key_values, which the encoders of transformers "
         f"{transformers.__version__} no longer take (they call it 'cache')"
+    )
+
+
+def method_reason(
+    task_type: str, method: str, label_kinds: Iterable[str] = (), own: Mapping[str, str] | None = None
+) -> str | None:
+    """Why a task of ``task_type`` whose label fields have ``label_kinds`` cannot train ``method``,
+    or ``None`` when it can: the task type's limits (:func:`unsupported_reason`), the task's ``own``
+    refusals (``TaskSpec.peft_unsupported``), then a virtual-token method against labels indexed by
+    token position (causal and seq2seq LMs excepted: peft pads their labels for the virtual tokens)."""
+    by_position = sorted({k for k in label_kinds if k in POSITIONAL_KINDS})
+    shifts = method in SHIFTING_METHODS and task_type not in ("CAUSAL_LM", "SEQ_2_SEQ_LM")
+    return (
+        unsupported_reason(task_type, method)
+        or (own or {}).get(method)
+        or (positional_reason(by_position) if by_position and shifts else None)
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from nlptasks.errors import NlptasksError, PluginError
-from nlptasks.peft_support import METHODS, peft_task_types, unsupported_reason
+from nlptasks.peft_support import METHODS, method_reason, peft_task_types
 
 __all__ = [
     "DEVICES",
@@ -36,7 +36,7 @@ __all__ = [
     "Usage",
 ]
 
-LABEL_KINDS = ("example", "token", "position", "target")
+LABEL_KINDS = ("example", "token", "position", "target", "span")
 """How a label field of the tokenized data is read (``TaskSpec.label_fields``):
 
 ``example``   one value per example (a class id, a score, a multi-hot vector);
@@ -45,7 +45,10 @@ LABEL_KINDS = ("example", "token", "position", "target")
 ``position``  one token index per example: the loss is on the token at that position (an answer's
               start or end);
 ``target``    the token ids of a target sequence the model generates (an encoder-decoder's labels:
-              the decoder's side, not the input's), ``-100`` where a token is not in the loss."""
+              the decoder's side, not the input's), ``-100`` where a token is not in the loss;
+``span``      a list per example of ``[class id, first token, last token]`` (positions inclusive):
+              labels over token pairs, nested or overlapping spans allowed (a span head's entities;
+              its collator turns them into the head's ``(types, tokens, tokens)`` targets)."""
 
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")
 
@@ -193,7 +196,7 @@ class TaskSpec:
         if task_type is None:
             return f"task {self.name!r} does not support PEFT (its plugin declares no peft_task_type)"
         own = self.peft_unsupported(options) if callable(self.peft_unsupported) else self.peft_unsupported
-        return unsupported_reason(task_type, method) or own.get(method)
+        return method_reason(task_type, method, self.label_fields_for(options).values(), own)
 
     def usage_for(self, manifest: Mapping[str, Any]) -> Usage:
         """How to call a run of this task (see :class:`Usage`)."""
@@ -457,7 +460,8 @@ class Backend:
 
     :param name: what ``--backend`` names (lower case letters, digits, ``_``, ``-``).
     :param description: one line for ``nlptasks plugins`` and ``--help``.
-    :param load_model: ``load_model(run_dir, manifest, auto_class, options)``: the run's model for
+    :param load_model: ``load_model(run_dir, manifest, auto_class, options)`` (``auto_class``: a
+        transformers class name, or a plugin's own model class): the run's model for
         inference, a callable that takes the tokenizer's tensors as keyword arguments and returns an
         output with the fields of ``auto_class``'s (``logits`` ...), ready in eval mode.
         ``manifest`` has the adapter chosen; ``options`` are the caller's :class:`LoadOptions`.
@@ -474,10 +478,10 @@ class Backend:
 
     name: str
     description: str
-    load_model: Callable[[Path, Mapping[str, Any], str, LoadOptions], Any]
+    load_model: Callable[[Path, Mapping[str, Any], str | type, LoadOptions], Any]
     owns: Callable[[Path, Mapping[str, Any]], bool] | None = None
     refuses: Callable[[Path, Mapping[str, Any], LoadOptions], str | None] | None = None
-    eval_module: Callable[[Path, Mapping[str, Any], str, Sequence[str]], Any] | None = None
+    eval_module: Callable[[Path, Mapping[str, Any], str | type, Sequence[str]], Any] | None = None
     plugin: str = ""  # filled in by the host: the plugin that registered it
 
     def __post_init__(self) -> None:

@@ -177,3 +177,28 @@ def test_a_carved_split_that_would_be_empty_is_an_error(cli, tmp_path):
     assert code == 2
     assert "data.split.validation: 0.1 of 8 training rows, split per class of 'label' leaves no rows" in err
     assert "--set data.split.stratify=false" in err
+
+
+# --- evaluation outputs of any rank, gathered over batches of different padded lengths ---------------
+
+
+def test_batches_join_with_every_axis_padded():
+    import numpy as np
+
+    from nlptasks.engine.training.gathering import join_batches, pad_concatenate
+
+    a = np.ones((2, 3, 4, 4), dtype=np.float32)  # (batch, types, tokens, tokens) at length 4
+    b = np.full((1, 3, 6, 6), 2.0, dtype=np.float32)  # a later batch at length 6
+    joined = pad_concatenate([a, b])
+    assert joined.shape == (3, 3, 6, 6) and joined.dtype == np.float32
+    assert (joined[:2, :, :4, :4] == 1).all() and (joined[:2, :, 4:, :] == -100).all()
+    assert (joined[:2, :, :, 4:] == -100).all() and (joined[2] == 2).all()
+    same = pad_concatenate([np.zeros((2, 5)), np.ones((3, 5))])  # equal later axes: a plain concatenation
+    assert same.shape == (5, 5) and (same[2:] == 1).all()
+    # the structure of a batch's output is kept: tuples, dicts, None
+    batches = [(a, {"x": np.zeros(2)}, None), (b, {"x": np.ones(1)}, None)]
+    logits, extra, nothing = join_batches(batches)
+    assert logits.shape == (3, 3, 6, 6) and extra["x"].tolist() == [0, 0, 1] and nothing is None
+    assert join_batches(np.zeros(3)).shape == (3,)  # not a list of batches: as it is
+    with pytest.raises(ValueError, match="different ranks"):
+        pad_concatenate([np.zeros((1, 2)), np.zeros((1, 2, 3))])

@@ -9,6 +9,7 @@ from typing import Any
 
 from nlptasks.engine.io.outputs import atomic_folder
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
+from nlptasks.engine.model.classes import resolve as resolve_class
 from nlptasks.engine.model.examples import read_examples
 from nlptasks.engine.model.peft import DEFAULT_ADAPTER
 from nlptasks.errors import NlptasksError, Problem
@@ -148,9 +149,7 @@ def _merge_into(run_dir: Path, out: Path, adapter: str | None) -> dict[str, Any]
     for extra in ("labels.json", "recipe.toml", "metrics.json"):
         if (run_dir / extra).exists():
             shutil.copy2(run_dir / extra, out / extra)
-    import transformers
-
-    reloaded = getattr(transformers, model_class).from_pretrained(out)  # plain transformers, no peft
+    reloaded = resolve_class(manifest).from_pretrained(out)  # plain transformers (or the plugin's class), no peft
     reloaded.eval()
     after = model_outputs(reloaded, check, task_type)
     differences, largest = compare_outputs(before, after)

@@ -110,6 +110,7 @@ class OnnxModel:
         self.path = Path(path)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self.own_loss: Any = None  # a plugin class's loss_from_outputs(outputs, labels), for nlptasks eval
         self._anchor = torch.zeros(0)  # what `parameters()` yields: inputs go to the CPU
         params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in self.input_names]
 
@@ -215,28 +216,49 @@ def _refuses(run_dir: Path, manifest: Mapping[str, Any], options: LoadOptions) -
     return None
 
 
-def load_onnx_model(run_dir: Path, manifest: Mapping[str, Any], auto_class: str, options: LoadOptions) -> OnnxModel:
+def load_onnx_model(
+    run_dir: Path, manifest: Mapping[str, Any], auto_class: str | type, options: LoadOptions
+) -> OnnxModel:
     """The :class:`OnnxModel` of an exported run folder (``auto_class`` is not needed: the export
-    recorded the model's outputs)."""
+    recorded the model's outputs; a plugin's own class gives the config class of its model type)."""
     from transformers import AutoConfig
 
+    from nlptasks.engine.model.classes import config_class, resolve
+
     _refuses(run_dir, manifest, options)
-    return OnnxModel(Path(run_dir) / ONNX_FILE, AutoConfig.from_pretrained(run_dir), threads=options.threads)
+    loader = config_class(resolve(manifest)) if manifest.get("model_module") else AutoConfig
+    model = OnnxModel(Path(run_dir) / ONNX_FILE, loader.from_pretrained(run_dir), threads=options.threads)
+    if manifest.get("model_module"):
+        model.own_loss = getattr(resolve(manifest), "loss_from_outputs", None)
+    return model
 
 
-def _eval_module(run_dir: Path, manifest: Mapping[str, Any], auto_class: str, label_fields: Sequence[str]) -> Any:
+def _eval_module(
+    run_dir: Path, manifest: Mapping[str, Any], auto_class: str | type, label_fields: Sequence[str]
+) -> Any:
     return onnx_eval_module(load_onnx_model(run_dir, manifest, auto_class, LoadOptions(backend="onnx")), label_fields)
 
 
-def _loss(architecture: str, out: Mapping[str, Any], labels: Mapping[str, Any], config: Any) -> Any:
+NO_LOSS = (
+    "the exported graph has no loss, and nlptasks knows the loss of transformers' own heads only: a "
+    "plugin's model class gives it with a static method loss_from_outputs(outputs, labels) "
+    "(docs/plugin-guide.md#custom-heads)"
+)
+"""Why ``nlptasks eval`` of an export reports no loss for a head it does not know."""
+
+
+def _loss(architecture: str, out: Mapping[str, Any], labels: Mapping[str, Any], config: Any, own: Any = None) -> Any:
     """The loss transformers' own head computes for ``architecture`` from the graph's outputs and the
-    batch's label fields; NaN (reported as null) for a head not in this table."""
+    batch's label fields, or the plugin class's ``loss_from_outputs(outputs, labels)`` (``own``);
+    NaN (reported as null, with :data:`NO_LOSS`) for a head neither covers."""
     import torch
     from transformers.loss import loss_utils as losses
 
     def get(name: str) -> Any:
         return out.get(name) if name in out else labels.get(name)
 
+    if own is not None:
+        return own(dict(out), dict(labels))
     try:
         if architecture.endswith("ForSequenceClassification") and "labels" in labels:
             return losses.ForSequenceClassificationLoss(labels["labels"], out["logits"], config)
@@ -265,6 +287,7 @@ def onnx_eval_module(model: OnnxModel, label_fields: Sequence[str] = ("labels",)
 
     architecture = next(iter(getattr(model.config, "architectures", None) or []), "")
     fields = list(dict.fromkeys(label_fields))
+    own = getattr(model, "own_loss", None)
 
     class OnnxEvalModule(torch.nn.Module):
         def __init__(self) -> None:
@@ -272,12 +295,16 @@ def onnx_eval_module(model: OnnxModel, label_fields: Sequence[str] = ("labels",)
             self.config = model.config
             self.onnx = model
             self.anchor = torch.nn.Parameter(torch.zeros(0), requires_grad=False)  # where inputs go: the CPU
+            self.loss_reason: str | None = None  # why the loss is NaN, once a batch had no loss
 
         def forward(self, **inputs: Any) -> OnnxOutput:
             labels = {k: inputs.pop(k) for k in fields if inputs.get(k) is not None}
             out = model(**{k: v for k, v in inputs.items() if k in model.input_names})
             if labels:
-                out = OnnxOutput({"loss": _loss(architecture, out, labels, model.config), **out})
+                loss = _loss(architecture, out, labels, model.config, own)
+                if bool(torch.isnan(loss).all()):
+                    self.loss_reason = NO_LOSS
+                out = OnnxOutput({"loss": loss, **out})
             return out
 
         def __repr__(self) -> str:

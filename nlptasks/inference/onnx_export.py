@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.engine.io.rundir import MANIFEST, mark_complete, read_manifest, write_json
-from nlptasks.errors import NlptasksError, Problem
+from nlptasks.errors import NlptasksError, Problem, first_line
 from nlptasks.inference.onnx_backend import INSTALL_HINT, ONNX_FILE, OnnxModel
 from nlptasks.inference.onnx_quantize import (
     CALIBRATION_METHOD,
@@ -239,7 +239,17 @@ def check_graph(model: Any, onnx_model: OnnxModel, samples: Samples, limit: int)
     largest = 0.0
     with torch.inference_mode():
         for inputs in batches:
-            want, got = float_outputs(model(**inputs)), onnx_model(**inputs)
+            want = float_outputs(model(**inputs))
+            try:
+                got = onnx_model(**inputs)
+            except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types
+                raise NlptasksError(
+                    f"--onnx: the exported graph of {type(model).__name__} fails on inputs of shape "
+                    f"{list(inputs['input_ids'].shape)} (it was traced at another): {first_line(exc)}",
+                    hint="The TorchScript exporter keeps a size fixed when the model computes it in Python or with "
+                    "an operation it cannot trace (repeat_interleave, a loop over tokens); write that step with "
+                    "tensor operations on the input's shape (docs/onnx.md). The run itself is unchanged.",
+                ) from None
             mask = inputs.get("attention_mask")
             for name, value in want.items():
                 diff = (value.float() - got[name]).abs()

@@ -34,7 +34,7 @@ def options_of(manifest: Mapping[str, Any], options: LoadOptions | None) -> Load
 
 
 def load_trained_model(
-    run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str, options: LoadOptions | None = None
+    run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str | type, options: LoadOptions | None = None
 ) -> Any:
     """The model of a complete run, ready for inference, loaded by the backend ``options.backend``
     names (``auto``: the backend whose export the folder is, else ``torch``).
@@ -43,7 +43,8 @@ def load_trained_model(
     :param manifest: its parsed ``nlptasks.json`` as step 10 received it (the adapter chosen by
         ``options.adapter`` / ``options.base_only`` is recorded in ``manifest["peft"]``).
     :param auto_class: a transformers class name, e.g. ``"AutoModelForSequenceClassification"``
-        (or a concrete class such as ``"BertForTokenClassification"``).
+        (or a concrete class such as ``"BertForTokenClassification"``), or the plugin's own
+        ``PreTrainedModel`` subclass that step 5 returned.
     :param options: the load's :class:`~nlptasks.types.LoadOptions` (precision, backend, device).
     :returns: the torch backend: the plain fine-tuned model, or the base with the adapter as a
         ``peft.PeftModel``, on the options' device and dtype.  The ONNX backend: an
@@ -85,7 +86,7 @@ def damaged_files(run_dir: Path, manifest: Mapping[str, Any]) -> Iterator[None]:
 
 
 def load_run(
-    run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str, options: LoadOptions | None = None
+    run_dir: str | Path, manifest: Mapping[str, Any], auto_class: str | type, options: LoadOptions | None = None
 ) -> tuple[Any, Any]:
     """``(tokenizer, model)`` of a complete run, ready for inference: the run's tokenizer and
     :func:`load_trained_model`.  What a step-10 predictor needs, for full and adapter runs and every

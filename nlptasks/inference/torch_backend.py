@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.model.classes import config_class
+from nlptasks.engine.model.classes import resolve as resolve_class
 from nlptasks.engine.model.examples import probe_batch, read_examples
 from nlptasks.engine.model.peft import DEFAULT_ADAPTER, pass_every_input, quiet_peft
 from nlptasks.errors import NlptasksError, did_you_mean, first_line
@@ -16,24 +18,22 @@ from nlptasks.types import Backend, LoadOptions
 __all__ = ["TORCH", "adapter_path", "load_base", "load_torch_model", "torch_module"]
 
 
-def load_torch_model(run_dir: Path, manifest: Mapping[str, Any], auto_class: str, options: LoadOptions) -> Any:
+def load_torch_model(run_dir: Path, manifest: Mapping[str, Any], auto_class: str | type, options: LoadOptions) -> Any:
     """The run's model for inference: :func:`torch_module`, then on the device and dtype of ``options``
     (``auto`` precision: the run's own training precision where the device has it)."""
     return prepare_for_inference(torch_module(run_dir, manifest, auto_class), options, manifest.get("precision"))
 
 
-def torch_module(run_dir: Path, manifest: Mapping[str, Any], auto_class: str, label_fields: Any = None) -> Any:
+def torch_module(run_dir: Path, manifest: Mapping[str, Any], auto_class: str | type, label_fields: Any = None) -> Any:
     """The run's model as saved (CPU, fp32, eval mode): ``auto_class.from_pretrained(run_dir)`` for a
     run without ``[peft]``; for an adapter run the base (from ``base/``, or ``model.name_or_path``
     with the head settings saved in ``base/``) with the adapter ``manifest["peft"]["active"]`` (else
     ``default``) as a ``peft.PeftModel``, or the base alone (``manifest["peft"]["base_only"]``).
-    What ``nlptasks eval``, the merge and the ONNX export start from."""
-    import transformers
-
+    What ``nlptasks eval``, the merge and the ONNX export start from.  ``auto_class``: a
+    transformers class name, or a class (a plugin's own head; the run's recorded class is found by
+    :func:`nlptasks.engine.model.classes.resolve`)."""
     run_dir = Path(run_dir)
-    cls = getattr(transformers, auto_class, None)
-    if cls is None:
-        raise NlptasksError(f"internal error: transformers has no class {auto_class!r}")
+    cls = resolve_class(manifest, auto_class)
     info = manifest.get("peft")
     if not info:
         model = cls.from_pretrained(run_dir, use_safetensors=True)  # runs save safetensors; never unpickle
@@ -74,9 +74,7 @@ def load_base(run_dir: Path, info: dict[str, Any], cls: Any) -> Any:
     try:
         if "path" in base:
             return cls.from_pretrained(run_dir / base["path"], use_safetensors=True)
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(run_dir / base["config"])
+        config = config_class(cls).from_pretrained(run_dir / base["config"])
         return cls.from_pretrained(
             base["name_or_path"],
             config=config,

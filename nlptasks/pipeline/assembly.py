@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nlptasks.context import RunContext
+from nlptasks.engine.model.classes import record as record_model_class
 from nlptasks.engine.model.examples import EXAMPLES_FILE, write_examples
 from nlptasks.engine.model.introspect import accepted_inputs
 from nlptasks.engine.model.modeling import ON_META
@@ -50,8 +51,8 @@ def assemble(ctx: RunContext, hooks: Any, data: Any, progress: bool) -> Assembly
     """Steps 5 and 6 now, steps 7 to 8b in the returned ``build`` (see the module docstring)."""
     training = ctx.trained_run is None
     model = hooks.nlptasks_build_model(ctx=ctx)  # 5
-    # what exports and loaders rebuild, however step 5 made the model (load_model records it too)
-    ctx.manifest.setdefault("model_class", type(model).__name__)
+    # what exports and loaders rebuild: the class step 5 returned (a plugin's own head included)
+    record_model_class(ctx.manifest, model)
     if training and (problems := model_problems(model, ctx.recipe)):  # what validate checks on a config at hand
         raise RecipeError("recipe", problems)
     model = prepare_model(ctx, model, training=training)  # [optimize]: attention (and freezing when training)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import shutil
 import time
 import tomllib
@@ -32,6 +33,7 @@ from typing import Any
 from nlptasks.context import RunContext
 from nlptasks.engine.io.outputs import atomic_folder, check_new_folder
 from nlptasks.engine.io.rundir import write_json, write_text_atomic
+from nlptasks.engine.model.classes import resolve as resolve_class
 from nlptasks.engine.training.provenance import computed_text, computed_with
 from nlptasks.errors import NlptasksError
 from nlptasks.host import Host, get_host
@@ -49,6 +51,10 @@ EVAL_DIR = "eval"
 """Where a run keeps its evaluations: ``<run>/eval/<name>/``."""
 ERRORS = "errors.jsonl"
 TEST = "test"
+
+
+NO_LOSS_KEY = "nlptasks.eval_no_loss"
+"""``ctx.state`` key: why the evaluated model gave no loss (an export of a head nlptasks has no loss for)."""
 
 
 @dataclass
@@ -233,12 +239,15 @@ def _score(
     label_fields = list(loaded.task.label_fields_for(loaded.options))
     assert backend.eval_module is not None
 
-    def trained_model(auto_class: str) -> Any:
+    def trained_model(auto_class: str | type) -> Any:
         with damaged_files(run_dir, manifest):
             return backend.eval_module(run_dir, manifest, auto_class, label_fields)
 
     ctx.trained_model = trained_model
     from transformers import AutoTokenizer
+
+    if manifest.get("model_module"):  # a plugin's own class: its module registers its config type first
+        resolve_class(manifest)
 
     with damaged_files(run_dir, manifest):
         ctx.tokenizer = AutoTokenizer.from_pretrained(run_dir)
@@ -288,6 +297,10 @@ def _steps(
     trainer = assembly.build(assembly.kwargs)  # 7, 8, 8b: as nlptasks run builds them
     metrics = dict(hooks.nlptasks_evaluate(ctx=ctx, trainer=trainer, data=data, split=TEST))
     metrics.update(ctx.recorded.get(TEST, {}))
+    reason = getattr(assembly.model, "loss_reason", None)  # an export whose graph gives no loss
+    if reason and not (isinstance(metrics.get("loss"), float) and math.isfinite(metrics["loss"])):
+        metrics["loss"] = None
+        ctx.state[NO_LOSS_KEY] = reason
     errors = hooks.nlptasks_errors(ctx=ctx, split=TEST, evaluation=ctx.evaluations.get(TEST))
     return metrics, errors, trainer, data, rows
 
@@ -310,6 +323,7 @@ def _write(
             "rows_per_second": round(result.rows_per_second, 1),
             "precision": result.precision,
             "computed": result.computed,
+            **({"loss_not_computed": ctx.state[NO_LOSS_KEY]} if NO_LOSS_KEY in ctx.state else {}),
         },
     )
     if errors is not None:
@@ -328,6 +342,8 @@ def _report(ctx: RunContext, run_dir: Path, result: EvalResult, sections: list[s
         f"- data: `{result.source}` ({result.rows} rows, {result.examples} examples scored)",
     ]
     lines.append(f"- computed with: {computed_text(result.computed)}")
+    if NO_LOSS_KEY in ctx.state:
+        lines.append(f"- loss: not computed: {ctx.state[NO_LOSS_KEY]}")
     if result.dropped:
         lines.append("- dropped: " + ", ".join(f"{n} {why}" for why, n in result.dropped.items()))
     if result.errors is not None:

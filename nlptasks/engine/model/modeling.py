@@ -40,25 +40,28 @@ def label_config(labels: list[str]) -> dict[str, Any]:
     }
 
 
-def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
+def load_model(ctx: RunContext, auto_class: str | type, **config: Any) -> Any:
     """Load ``model.name_or_path`` or build ``[model.scratch]`` with a task head (when
     ``ctx.trained_run`` is set, by ``nlptasks eval``: that run's trained model).
 
-    :param auto_class: a transformers auto class name, e.g. ``"AutoModelForSequenceClassification"``.
+    :param auto_class: a transformers auto class name, e.g. ``"AutoModelForSequenceClassification"``,
+        or a ``PreTrainedModel`` subclass (a plugin's own head: under ``nlptasks eval``,
+        ``load_model(ctx, MyHead)`` gives the run's trained ``MyHead``).
     :param config: config entries for the head (``num_labels``, ``id2label``, ``label2id``...).
     """
     import transformers
 
-    cls = getattr(transformers, auto_class, None)
+    cls = auto_class if isinstance(auto_class, type) else getattr(transformers, auto_class, None)
     if cls is None:
         raise NlptasksError(f"internal error: transformers has no class {auto_class!r}")
+    requested, auto_class = auto_class, auto_class if isinstance(auto_class, str) else auto_class.__name__
     from nlptasks.engine.system.machine import from_pretrained_kwargs
 
     model_cfg = ctx.recipe.model
     if ctx.trained_run is not None:  # nlptasks eval: the run's trained weights, its adapter included
         if ctx.trained_model is None:
             raise NlptasksError("internal error: ctx.trained_run is set without ctx.trained_model")
-        return ctx.trained_model(auto_class)
+        return ctx.trained_model(requested)
     if ctx.state.get(ON_META):
         model = _build_on_meta(ctx, cls, auto_class, **config)
     elif model_cfg.name_or_path:
@@ -90,7 +93,6 @@ def load_model(ctx: RunContext, auto_class: str, **config: Any) -> Any:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     ctx.log.info("model: %s, %s parameters (%s trainable)", type(model).__name__, f"{total:,}", f"{trainable:,}")
-    ctx.manifest.setdefault("model_class", type(model).__name__)
     return model
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nlptasks.engine.model.examples import EXAMPLES_FILE, LEGACY_FILE
+from nlptasks.engine.model.peft_targets import backbone_targets, ia3_modules, own_head
 from nlptasks.errors import Problem, RecipeError, did_you_mean, first_line
 
 if TYPE_CHECKING:
@@ -59,37 +60,6 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_mo
 CHECK_ROWS = 4
 
 
-def _ia3_modules(model: Any, target: Any, feedforward: Any) -> tuple[Any, Any]:
-    """IA3's target and feed-forward modules, so that the adapter peft saves loads again.
-
-    peft trains an adapter whose feed-forward modules are not among its target modules, then
-    refuses to load it ("feedforward_modules should be a subset of target_modules"): with a list of
-    targets and no feed-forward modules given, its defaults for the architecture are kept only where
-    they are targets.  ``"all-linear"`` is spelled out in full module names, with the feed-forward
-    layers among them (peft would take its defaults as short names, ``down_proj``, again not a
-    subset).
-    """
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING as FEEDFORWARD
-
-    if isinstance(target, list) and feedforward is None:
-        default = FEEDFORWARD.get(model.config.model_type)
-        default = [default] if isinstance(default, str) else list(default or [])
-        return target, [f for f in default if f in target]
-    if not (isinstance(target, str) and target.lower() == "all-linear"):
-        return target, feedforward
-    import peft as p
-    from peft.tuners.tuners_utils import _maybe_include_all_linear_layers
-
-    probe = p.LoraConfig(target_modules="all-linear")  # the same resolution peft does for every method
-    names = sorted(_maybe_include_all_linear_layers(probe, model).target_modules)
-    short = feedforward if feedforward is not None else FEEDFORWARD.get(model.config.model_type)
-    if short is None:
-        return names, None  # peft names the missing feedforward_modules itself
-    short = [short] if isinstance(short, str) else list(short)
-    full = [n for n in names if any(n == f or n.endswith("." + f) for f in short)]
-    return names, full
-
-
 def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
     """The peft config object for the recipe's ``[peft]`` table."""
     import peft as p
@@ -97,8 +67,16 @@ def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
     cfg = ctx.recipe.peft
     assert cfg is not None
     common: dict[str, Any] = {"task_type": task_type}
-    if cfg.modules_to_save:
-        common["modules_to_save"] = list(cfg.modules_to_save)
+    head = list(cfg.modules_to_save or []) or own_head(model)
+    if head:
+        common["modules_to_save"] = head
+        if not cfg.modules_to_save:
+            ctx.log.info(
+                "peft: %s is the plugin's own model class: its head (%s) trains in full and is saved with "
+                "the adapter (peft.modules_to_save chooses otherwise)",
+                type(model).__name__,
+                ", ".join(head),
+            )
     hidden = getattr(model.config, "hidden_size", None)
     if cfg.method == "lora":
         return p.LoraConfig(
@@ -106,11 +84,13 @@ def peft_config(ctx: RunContext, model: Any, task_type: str) -> Any:
             lora_alpha=cfg.alpha,
             lora_dropout=cfg.dropout,
             bias=cfg.bias,
-            target_modules=cfg.target_modules,
+            target_modules=cfg.target_modules or backbone_targets(model, "lora"),
             **common,
         )
     if cfg.method == "ia3":
-        target, feedforward = _ia3_modules(model, cfg.target_modules, cfg.feedforward_modules)
+        target, feedforward = ia3_modules(
+            model, cfg.target_modules or backbone_targets(model, "ia3"), cfg.feedforward_modules
+        )
         return p.IA3Config(target_modules=target, feedforward_modules=feedforward, **common)
     common["num_virtual_tokens"] = cfg.num_virtual_tokens
     if cfg.method == "prefix":
@@ -145,10 +125,19 @@ def prefix_problem(model: Any, task_type: str) -> str | None:
     sequence and token classification peft looks for that argument in the forward of the model or
     of its backbone and refuses the model without it; transformers 5.24 renamed the argument to
     ``cache`` in its encoders (BERT and others), so peft 0.21 refuses them there.  Causal LMs and
-    plain encoders (feature extraction) go through other peft paths and are not affected.
+    plain encoders (feature extraction) go through other peft paths and are not affected.  A
+    plugin's own model class must take ``past_key_values`` itself, whatever its task type (its
+    ``**kwargs`` would swallow the prefix).
     """
     import inspect
 
+    from nlptasks.engine.model.classes import is_transformers_class
+
+    if not is_transformers_class(type(model)) and "past_key_values" not in inspect.signature(model.forward).parameters:
+        return (
+            f"peft hands the prefix to the model as past_key_values, which {type(model).__name__}.forward (the "
+            "plugin's own class) does not take: it would be dropped and nothing would train"
+        )
     if task_type not in ("SEQ_CLS", "TOKEN_CLS"):
         return None
 

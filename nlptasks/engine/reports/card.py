@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nlptasks.engine.model.classes import import_line
 from nlptasks.engine.training.provenance import computed_text
 from nlptasks.types import Usage
 
@@ -249,10 +250,12 @@ def _loading(manifest: dict[str, Any], usage: Usage) -> list[str]:
     peft = manifest.get("peft")
     if not peft:
         lines += [
-            "With plain transformers (no nlptasks needed):",
+            "With plain transformers (no nlptasks needed):"
+            if not manifest.get("model_module")
+            else "With plain transformers and the plugin's model class (no nlptasks command needed):",
             "",
             "```python",
-            f"from transformers import AutoTokenizer, {cls}",
+            *import_line(manifest, "AutoTokenizer").splitlines(),
             "",
             'tokenizer = AutoTokenizer.from_pretrained("RUN_DIR")',
             f'model = {cls}.from_pretrained("RUN_DIR").eval()',
@@ -263,8 +266,9 @@ def _loading(manifest: dict[str, Any], usage: Usage) -> list[str]:
     if "path" in base:
         load_base = [f'base = {cls}.from_pretrained("RUN_DIR/{base.get("path", "base")}")']
     else:
+        config = "AutoConfig" if not manifest.get("model_module") else f"{cls}.config_class"
         load_base = [
-            f'config = AutoConfig.from_pretrained("RUN_DIR/{base.get("config", "base")}")  # the head settings',
+            f'config = {config}.from_pretrained("RUN_DIR/{base.get("config", "base")}")  # the head settings',
             f'base = {cls}.from_pretrained("{base.get("name_or_path")}", config=config)',
         ]
     lines += [
@@ -272,7 +276,7 @@ def _loading(manifest: dict[str, Any], usage: Usage) -> list[str]:
         "",
         "```python",
         "from peft import PeftModel",
-        f"from transformers import AutoConfig, AutoTokenizer, {cls}",
+        *import_line(manifest, "AutoConfig", "AutoTokenizer").splitlines(),
         "",
         'tokenizer = AutoTokenizer.from_pretrained("RUN_DIR")',
         *load_base,

@@ -9,7 +9,10 @@ Which columns carry labels, and how to read them, is the task's to say
 ``example``   one value per example (a class, a score, a multi-hot vector): shown once;
 ``target``    the token ids of the sequence the model generates (a seq2seq decoder's labels): shown
               as their own tokens, on the decoder's side (``decoder_input_ids`` beside them when the
-              task gives them), never against the input.
+              task gives them), never against the input;
+``span``      ``[class id, first token, last token]`` triples per example: every token of a span is
+              marked with its class (nested spans: each class, outer first), and the spans are
+              listed under the example.
 
 Inputs of any rank are shown as they are: an example whose ``input_ids`` hold several sequences (a
 multiple-choice example's candidates) is shown one sequence at a time, each with its own labels.
@@ -109,6 +112,12 @@ def _marks(
                 if label != -100:
                     in_loss[pos] = True
                     shown[pos] = str(_class_name(ctx, label)) if label != tok else "yes"
+    for column, kind in columns.items():
+        for cls, first, last in _spans(labels.get(column)) if kind == "span" else []:
+            name = str(_class_name(ctx, cls))
+            for pos in range(max(first, 0), min(last, len(ids) - 1) + 1):
+                in_loss[pos] = True
+                shown[pos] = name if not shown[pos] else f"{shown[pos]},{name}"
     positions = {c: labels.get(c) for c, k in columns.items() if k == "position" and isinstance(labels.get(c), int)}
     if positions:
         low, high = min(positions.values()), max(positions.values())
@@ -119,6 +128,15 @@ def _marks(
             if 0 <= pos < len(ids):
                 shown[pos] = column if shown[pos] in ("", "yes") else f"{shown[pos]},{column}"
     return in_loss, shown
+
+
+def _spans(value: Any) -> list[tuple[int, int, int]]:
+    """The ``(class id, first token, last token)`` triples of a ``span`` label value (others skipped)."""
+    found = []
+    for item in value if isinstance(value, (list, tuple)) else []:
+        if isinstance(item, (list, tuple)) and len(item) == 3 and all(isinstance(v, int) for v in item):
+            found.append((int(item[0]), int(item[1]), int(item[2])))
+    return found
 
 
 def _table(
@@ -181,7 +199,7 @@ def show(ctx: RunContext, data: Any, split: str, rows: int, out: Callable[[str],
             hint="inspect-batch applies to tasks whose step 4 gives token ids; `nlptasks check RECIPE` still checks the data.",
         )
     columns = label_columns(ctx, ds, split)
-    per_token = {c: k for c, k in columns.items() if k in ("token", "position")}
+    per_token = {c: k for c, k in columns.items() if k in ("token", "position", "span")}
     where = ctx.sources.get(split, split)
     tokenizer = ctx.tokenizer
     numbers = ds[ROW_COLUMN] if ROW_COLUMN in ds.column_names else list(range(1, len(ds) + 1))
@@ -209,6 +227,8 @@ def show(ctx: RunContext, data: Any, split: str, rows: int, out: Callable[[str],
                 head += f", {column} {_class_name(ctx, example[column])!r}"
             elif kind == "position":
                 head += f", {column} {example[column]}"
+            elif kind == "span":
+                head += f", {len(_spans(example[column]))} spans in {column}"
         out(head)
         for (path, ids), (in_loss, shown) in zip(parts, marks, strict=True):
             indent = "  "
@@ -219,6 +239,17 @@ def show(ctx: RunContext, data: Any, split: str, rows: int, out: Callable[[str],
         for column, kind in columns.items():
             if kind == "target":
                 _show_target(out, tokenizer, example, column)
+            elif kind == "span" and len(parts) == 1:
+                _show_spans(out, ctx, parts[0][1], example[column])
+
+
+def _show_spans(out: Callable[[str], None], ctx: RunContext, ids: list[int], value: Any) -> None:
+    """Each span of an example: its class, its token positions and its text."""
+    for cls, first, last in _spans(value):
+        inside = 0 <= first <= last < len(ids)
+        text = ctx.tokenizer.decode(ids[first : last + 1]) if ctx.tokenizer is not None and inside else "?"
+        where = "" if inside else f"  (outside the {len(ids)} tokens)"
+        out(f"  span {_class_name(ctx, cls)!r}: tokens {first}..{last} {text!r}{where}")
 
 
 def loss_problems(ctx: RunContext, data: Any) -> dict[str, dict[str, list[int]]]:
@@ -254,6 +285,15 @@ def loss_problems(ctx: RunContext, data: Any) -> dict[str, dict[str, list[int]]]
                 ]
                 if bad:
                     found[f"{column} outside the example's tokens"] = bad
+            elif kind == "span" and lengths is not None:
+                bad = [
+                    n
+                    for n, spans, length in zip(numbers, ds[column], lengths, strict=True)
+                    if len(_spans(spans)) != len(spans or [])
+                    or any(not 0 <= f <= e < length for _, f, e in _spans(spans))
+                ]
+                if bad:
+                    found[f"a span of {column} outside the example's tokens (or not [class, first, last])"] = bad
         if found:
             problems[split] = found
     return problems

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from nlptasks.engine.training.gathering import join_batches, pad_gathers
+
 if TYPE_CHECKING:
     from nlptasks.context import RunContext
 
@@ -237,7 +239,7 @@ def restore(value: Any, order: Any) -> Any:
 def order_evaluation(trainer: Any, ctx: RunContext) -> None:
     """Install the evaluation order on ``trainer`` (whatever its class): length-sorted with the
     order restored when ``train.sort_eval_by_length`` is on and padding is dynamic, else
-    sequential."""
+    sequential; and the batches' outputs joined with every axis padded (:mod:`.gathering`)."""
     from torch.utils.data import Sampler, SequentialSampler
     from transformers import EvalPrediction
 
@@ -273,11 +275,23 @@ def order_evaluation(trainer: Any, ctx: RunContext) -> None:
         return InOrder(current["order"])
 
     trainer._get_eval_sampler = eval_sampler
-    if not sort:
+    # batches as they are, joined with every axis padded (gathering.py), unless the recipe asked
+    join = "eval_do_concat_batches" not in train.extra and not trainer.args.batch_eval_metrics
+    if join:
+        trainer.args.eval_do_concat_batches = False
+    pad_gathers(trainer)
+    if not sort and not join:
         return
 
     def restored(prediction: Any) -> Any:
         order = current["order"]
+        if join:
+            prediction = EvalPrediction(
+                predictions=join_batches(prediction.predictions),
+                label_ids=join_batches(prediction.label_ids),
+                inputs=join_batches(prediction.inputs),
+                losses=join_batches(prediction.losses),
+            )
         if order is None:
             return prediction
         return EvalPrediction(
@@ -304,6 +318,10 @@ def order_evaluation(trainer: Any, ctx: RunContext) -> None:
 
     def evaluation_loop(*args: Any, **kwargs: Any) -> Any:
         output = original_loop(*args, **kwargs)
+        if join:
+            output = output._replace(
+                predictions=join_batches(output.predictions), label_ids=join_batches(output.label_ids)
+            )
         order = current["order"]
         if order is None:
             return output
