@@ -88,6 +88,9 @@ def test_the_runs_list_and_a_run_say_what_the_folders_hold(client, folders):
     curve = client.get("/api/run/curve", params={"id": "0/cls/a"}).json()
     assert curve["source"] == "log_history" and curve["status"] == "complete"
     assert [(p["step"], p["values"]["loss"]) for p in curve["points"] if "loss" in p["values"]] == losses
+    middle = curve["points"][len(curve["points"]) // 2]["step"]  # what a page that has the earlier points asks
+    later = client.get("/api/run/curve", params={"id": "0/cls/a", "from_step": middle}).json()
+    assert later["from_step"] == middle and later["points"] == [p for p in curve["points"] if p["step"] >= middle]
 
     picture = client.get("/api/run/file", params={"id": "0/cls/a", "name": "training_curves.png"})
     assert picture.status_code == 200 and picture.content[:4] == b"\x89PNG"

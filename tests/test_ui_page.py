@@ -29,7 +29,7 @@ pytest.importorskip("fastapi")
 
 WAIT = 120  # seconds: a run's start (imports) and training on a busy 2-core machine
 SCREENSHOT = ROOT / "docs" / "ui.png"
-FORM = {  # the tiny run typed into the form: about 10 optimizer steps a second here, a checkpoint every 5
+FORM = {  # the tiny run typed into the form: 10 (busy) to 40 (quiet) optimizer steps a second here, a checkpoint every 5
     "model.scratch.layers": "1",
     "model.scratch.hidden": "32",
     "model.scratch.heads": "2",
@@ -38,10 +38,10 @@ FORM = {  # the tiny run typed into the form: about 10 optimizer steps a second 
     "data.max_train_rows": "640",
     "data.max_eval_rows": "8",
     "train.batch_size": "8",
-    "train.max_steps": "80",
+    "train.max_steps": "400",
     "train.logging_steps": "1",
     "train.eval_strategy": "steps",
-    "train.eval_steps": "40",
+    "train.eval_steps": "200",
     "output.checkpoint_steps": "5",
 }
 

@@ -72,7 +72,7 @@ class _Tail:
 
 class LogReader:
     """Parses the logs of the runs the dashboard started, reading only the bytes added since the
-    last look (a poll every second on a long run reads a few lines, not the whole log)."""
+    last look (a poll every two seconds on a long run reads a few lines, not the whole log)."""
 
     def __init__(self) -> None:
         self._tails: dict[Path, _Tail] = {}

@@ -93,10 +93,19 @@ def add_routes(app: Any, state: UiState) -> None:
         return run_detail(roots, run_dir, job_of(run_dir))
 
     @app.get("/api/run/curve", tags=["runs"], summary="A run's training curve and progress (live while it trains)")
-    def curve_route(id: Annotated[str, Query(description="K/TASK/NAME")]) -> Any:
+    def curve_route(
+        id: Annotated[str, Query(description="K/TASK/NAME")],
+        from_step: Annotated[
+            int | None,
+            Query(ge=0, description="only the points from this step on (a page that has the earlier ones)"),
+        ] = None,
+    ) -> Any:
         run_dir = known(id)
         job = job_of(run_dir)
         out = curve(run_dir, state.jobs.logs_of(run_dir.resolve()), state.reader)
+        out["from_step"] = from_step
+        if from_step is not None:  # a later point never changes an earlier step's values
+            out["points"] = [p for p in out["points"] if p["step"] >= from_step]
         from nlptasks.ui.runs import status_of
 
         out["status"], out["note"] = status_of(run_dir, job)

@@ -1,4 +1,4 @@
-// One run (#run/K/TASK/NAME): status and progress, curves (polled every second while it trains:
+// One run (#run/K/TASK/NAME): status and progress, curves (polled every two seconds while it trains:
 // new points appear without a reload), metrics by split, per-class tables, evals, exports,
 // adapters, the commands to reproduce / infer / export / serve it, its card, and Try.
 "use strict";
@@ -6,6 +6,7 @@
 (() => {
   const { $, el, api, say, num, seconds, badge } = UI;
   const LIVE = ["running", "queued"];
+  const POLL_MS = 2000; // a live run's curve and progress: new points within two seconds
 
   function metricsTable(metrics) {
     const splits = Object.keys(metrics).filter((s) => s !== "train");
@@ -140,11 +141,18 @@
         el("div", { class: "card", id: "run-card" }, UI.markdown(run.card, run.id))) : null,
     ].flat().filter((x) => x !== null && x !== false));
     let shown = -1;
+    let shownHeading = null;
+    let shownStep = null;
+    let points = [];  // the curve so far
+    let source = null;  // where its points come from (live, checkpoint, log_history)
     let lastStatus = run.status;
     async function poll() {
       let c;
       try {
-        c = await api("/api/run/curve?id=" + encodeURIComponent(id));
+        // after the first answer only the points from the last step shown on (that step again: an
+        // evaluation may add its values to it); the whole curve again when its source changes
+        const from = points.length && source ? "&from_step=" + points[points.length - 1].step : "";
+        c = await api("/api/run/curve?id=" + encodeURIComponent(id) + from);
       } catch (e) {
         say(e.message, true);
         if (e.status === 404) {
@@ -153,17 +161,35 @@
         }
         return;
       }
-      $("run-status").replaceChildren(badge(c.status, c.note));
-      const bar = progressBar(LIVE.includes(c.status) ? c.progress : null);
-      progress.replaceWith(bar);
-      progress = bar;
-      const again = actions(run, c.status, c.job);
-      acts.replaceWith(again);
-      acts = again;
-      const total = c.points.reduce((n, p) => n + Object.keys(p.values).length, 0);
+      // the page is rebuilt only where something changed: an open page costs the run it watches
+      // next to nothing (docs/ui.md: the live curve's cost, measured)
+      const heading = JSON.stringify([c.status, c.note, c.job]);
+      if (heading !== shownHeading) {
+        shownHeading = heading;
+        $("run-status").replaceChildren(badge(c.status, c.note));
+        const again = actions(run, c.status, c.job);
+        acts.replaceWith(again);
+        acts = again;
+      }
+      const step = JSON.stringify(LIVE.includes(c.status) ? c.progress : null);
+      if (step !== shownStep) {
+        shownStep = step;
+        const bar = progressBar(LIVE.includes(c.status) ? c.progress : null);
+        progress.replaceWith(bar);
+        progress = bar;
+      }
+      const partial = c.from_step !== null && c.from_step !== undefined;
+      if (partial && c.source !== source) {  // another source (checkpoint, log, history): all of it next time
+        points = [];
+        source = null;
+        return;
+      }
+      points = partial ? points.filter((p) => p.step < c.from_step).concat(c.points) : c.points;
+      source = c.source;
+      const total = points.reduce((n, p) => n + Object.keys(p.values).length, 0);
       if (total !== shown) {
         shown = total;
-        curves.replaceChildren(UI.runCharts(c.points));
+        curves.replaceChildren(UI.runCharts(points));
         curves.dataset.source = c.source;
       }
       if (lastStatus !== c.status && (c.status === "complete" || lastStatus === "complete")) {
@@ -174,7 +200,7 @@
       lastStatus = c.status;
     }
     await poll();
-    if (LIVE.includes(lastStatus) || run.status !== "complete") UI.timers.push(setInterval(poll, 1000));
+    if (LIVE.includes(lastStatus) || run.status !== "complete") UI.timers.push(setInterval(poll, POLL_MS));
   }
 
   UI.views.run = { section: "view-run", show };
