@@ -76,11 +76,12 @@ def test_the_switches_are_off_by_default():
 # torchrun, as an argument list (torchrun_command), never through a shell.
 LAUNCHER = ("nlptasks/pipeline/launch.py", "status = subprocess.call(command, preexec_fn=_torchrun_dies_with_us)")
 TUNE_WORKERS = ("nlptasks/tune/study.py", "procs.append(subprocess.Popen(command, env=env))")  # --workers K: argv list
+UI_JOBS = ("nlptasks/ui/jobs.py", "proc = subprocess.Popen(")  # nlptasks ui's runs: [python, -m, nlptasks, *argv]
 
 
 def test_no_recipe_string_reaches_a_shell():
     """Nothing in the engine or the built-in plugins runs a shell or evaluates strings; the only
-    processes started are the --nproc launcher's and tune --workers' argument lists."""
+    processes started are the --nproc launcher's, tune --workers' and nlptasks ui's argument lists."""
     pattern = re.compile(
         r"os\.system|os\.popen|os\.exec|shell\s*=\s*True|(?<![.\w`])(?<!def )eval\(|(?<![.\w`])exec\(|pickle\.loads?\("
     )
@@ -94,7 +95,9 @@ def test_no_recipe_string_reaches_a_shell():
                 if re.search(r"\bsubprocess\.\w+\(", line):
                     calls.append((rel, line.strip().removeprefix("return ")))
     assert hits == []
-    assert sorted(calls) == sorted([LAUNCHER, TUNE_WORKERS])  # argument lists, never a shell
+    assert sorted(calls) == sorted([LAUNCHER, TUNE_WORKERS, UI_JOBS])  # argument lists, never a shell
+    jobs = (ROOT / UI_JOBS[0]).read_text(encoding="utf-8")  # the dashboard's: a list starting with python -m nlptasks
+    assert '[sys.executable, "-m", "nlptasks", *job.argv]' in jobs
     from nlptasks.engine.system.distributed import torchrun_command
 
     command = torchrun_command(2, ["run", "recipe with spaces; rm -rf x.toml", "--nproc", "2"])
