@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nlptasks.errors import DataError, NlptasksError, first_line
 from nlptasks.serve.batching import Batcher
-from nlptasks.serve.errors import ApiError, error_response, validation_problem
+from nlptasks.serve.errors import ApiError, add_error_handlers
 from nlptasks.serve.guards import ApiKeyMiddleware, BodyGuardMiddleware
 from nlptasks.serve.metrics import CONTENT_TYPE, Metrics, MetricsMiddleware
 from nlptasks.serve.state import ServedModel, ServerState
@@ -66,9 +66,7 @@ def create_app(state: ServerState) -> Any:
     """The app serving ``state.models`` with ``state.settings`` (needs the ``serve`` extra:
     ``pip install "nlptasks[serve]"``)."""
     from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
-    from starlette.exceptions import HTTPException
 
     from nlptasks.version import __version__
 
@@ -142,23 +140,7 @@ def create_app(state: ServerState) -> Any:
     async def metrics_route() -> Any:
         return PlainTextResponse(state.metrics.render(state), media_type=CONTENT_TYPE)
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> Any:
-        return error_response(exc.status, exc.message, exc.field, exc.headers, exc.kind)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> Any:
-        message, field = validation_problem(exc.errors())
-        return error_response(400, message, field)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> Any:
-        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        if exc.status_code == 404 and message == "Not Found":
-            message = f"no route {request.method} {request.url.path}; the routes are listed at /docs"
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}; the routes are listed at /docs"
-        return error_response(exc.status_code, message, headers=exc.headers)
+    add_error_handlers(app)  # ApiError, invalid requests and unknown routes as the API's one error body
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> Any:  # pragma: no cover - a last resort

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["KINDS", "ApiError", "error_body", "error_response", "validation_problem"]
+__all__ = ["KINDS", "ApiError", "add_error_handlers", "error_body", "error_response", "validation_problem"]
 
 KINDS = {
     400: "invalid_request_error",
@@ -158,3 +158,29 @@ def _kind(value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return "bytes that are not JSON"
     return type(value).__name__
+
+
+def add_error_handlers(app: Any) -> None:
+    """Answer an :class:`ApiError`, an invalid request and an unknown route or method on ``app`` (a
+    FastAPI app: ``nlptasks serve``'s and ``nlptasks ui``'s) with the one error body of the API."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> Any:
+        return error_response(exc.status, exc.message, exc.field, exc.headers, exc.kind)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Any:
+        message, field = validation_problem(exc.errors())
+        return error_response(400, message, field)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Any:
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}; the routes are listed at /docs"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; the routes are listed at /docs"
+        return error_response(exc.status_code, message, headers=exc.headers)

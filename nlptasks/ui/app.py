@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from nlptasks.errors import first_line
-from nlptasks.serve.errors import ApiError, error_response, validation_problem
+from nlptasks.serve.errors import add_error_handlers, error_response
 from nlptasks.serve.guards import ApiKeyMiddleware, BodyGuardMiddleware
 from nlptasks.ui.state import UiState
 
@@ -32,10 +32,8 @@ STATIC = Path(__file__).with_name("static")
 def create_app(state: UiState) -> Any:
     """The dashboard for ``state`` (needs the ``serve`` extra: ``pip install "nlptasks[serve]"``)."""
     from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse
     from fastapi.staticfiles import StaticFiles
-    from starlette.exceptions import HTTPException
 
     from nlptasks.ui import routes
     from nlptasks.version import __version__
@@ -62,23 +60,7 @@ def create_app(state: UiState) -> Any:
 
     routes.add_routes(app, state)
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError) -> Any:
-        return error_response(exc.status, exc.message, exc.field, exc.headers, exc.kind)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError) -> Any:
-        message, field = validation_problem(exc.errors())
-        return error_response(400, message, field)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> Any:
-        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        if exc.status_code == 404 and message == "Not Found":
-            message = f"no route {request.method} {request.url.path}; the routes are listed at /docs"
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}; the routes are listed at /docs"
-        return error_response(exc.status_code, message, headers=exc.headers)
+    add_error_handlers(app)  # ApiError, invalid requests and unknown routes as the API's one error body
 
     @app.exception_handler(FileNotFoundError)
     async def gone(request: Request, exc: FileNotFoundError) -> Any:
